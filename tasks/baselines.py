@@ -1,0 +1,193 @@
+"""The library yardstick for each task, as a zero-argument callable to time.
+
+`library_fn` returns the task's baseline; `library_fns` adds alternates (the
+FlashAttention package for attention, where installed). Each call runs the
+library on the given inputs and leaves the result in `Baseline.outputs`,
+written in place where the API takes an output tensor (torch.matmul → cuBLAS,
+torch.add), otherwise replaced on each call. The timing harness owns warm-up,
+events and L2 flushing; this module only says what to run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ptxbench.tasks.spec import TaskSpec
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+Tensors = dict[str, "Tensor"]
+
+
+class BaselineUnavailable(RuntimeError):
+    """The library cannot run here (no CUDA device, backend refused the shape, package missing)."""
+
+
+@dataclass
+class Baseline:
+    name: str                                   # which library ran, e.g. "cuDNN (torch SDPA)"
+    fn: Callable[[], Any]
+    outputs: Tensors = field(default_factory=dict)
+
+    def __call__(self) -> Any:
+        return self.fn()
+
+
+def _on_cuda(inputs: Tensors) -> bool:
+    return next(iter(inputs.values())).is_cuda
+
+
+def _gemm(task: TaskSpec, inputs: Tensors, sizes: dict[str, int]) -> Baseline:
+    import torch
+
+    a, b = inputs["A"], inputs["B"]
+    c = torch.empty(a.shape[0], b.shape[0], dtype=a.dtype, device=a.device)
+    bt = b.T
+    name = "cuBLAS (torch.matmul)" if a.is_cuda else "torch.matmul (CPU)"
+    return Baseline(name, lambda: torch.matmul(a, bt, out=c), {"C": c})
+
+
+def _add(task: TaskSpec, inputs: Tensors, sizes: dict[str, int]) -> Baseline:
+    import torch
+
+    x, y = inputs["X"], inputs["Y"]
+    z = torch.empty_like(x)
+    return Baseline("torch.add" + ("" if x.is_cuda else " (CPU)"), lambda: torch.add(x, y, out=z), {"Z": z})
+
+
+def _rms_norm(task: TaskSpec, inputs: Tensors, sizes: dict[str, int]) -> Baseline:
+    import torch.nn.functional as F
+
+    x, w = inputs["X"], inputs["W"]
+    eps = float(task.params.get("eps", 1e-6))
+    outputs: Tensors = {}
+
+    def run() -> None:
+        outputs["Y"] = F.rms_norm(x, (x.shape[-1],), weight=w, eps=eps)
+
+    return Baseline("torch.nn.functional.rms_norm" + ("" if x.is_cuda else " (CPU)"), run, outputs)
+
+
+def _causal(task: TaskSpec) -> bool:
+    return task.operation.endswith("_causal")
+
+
+def _probe(b: Baseline) -> Baseline:
+    """Run once so that a backend that refuses the shape says so here, not inside timing."""
+    try:
+        b()
+    except (RuntimeError, ValueError) as exc:
+        raise BaselineUnavailable(f"{b.name}: {exc}") from None
+    return b
+
+
+def _sdpa_fwd(task: TaskSpec, inputs: Tensors, sizes: dict[str, int]) -> Baseline:
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    if not _on_cuda(inputs):
+        raise BaselineUnavailable("cuDNN attention needs a CUDA device")
+    q, k, v = inputs["Q"], inputs["K"], inputs["V"]
+    scale, causal = 1.0 / math.sqrt(q.shape[-1]), _causal(task)
+    outputs: Tensors = {}
+
+    def run() -> None:
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            outputs["O"] = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+
+    return _probe(Baseline("cuDNN (torch SDPA)", run, outputs))
+
+
+def _sdpa_bwd(task: TaskSpec, inputs: Tensors, sizes: dict[str, int]) -> Baseline:
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    if not _on_cuda(inputs):
+        raise BaselineUnavailable("cuDNN attention needs a CUDA device")
+    q, k, v = (inputs[n].detach().requires_grad_() for n in ("Q", "K", "V"))
+    do = inputs["dO"]
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    try:
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=_causal(task), scale=scale)
+    except RuntimeError as exc:
+        raise BaselineUnavailable(f"cuDNN (torch SDPA) forward: {exc}") from None
+    outputs: Tensors = {}
+
+    def run() -> None:
+        # Only the backward is timed: the graph of the forward above is kept and reused.
+        outputs["dQ"], outputs["dK"], outputs["dV"] = torch.autograd.grad(out, (q, k, v), do, retain_graph=True)
+
+    return _probe(Baseline("cuDNN (torch SDPA backward)", run, outputs))
+
+
+def _flash_attn(task: TaskSpec, inputs: Tensors, backward: bool) -> Baseline | None:
+    try:
+        from flash_attn import flash_attn_func  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    if not _on_cuda(inputs):
+        return None
+    import torch
+
+    # flash_attn takes [B, S, H, D]; a transposed view needs no copy.
+    q, k, v = (inputs[n].transpose(1, 2) for n in ("Q", "K", "V"))
+    scale, causal = 1.0 / math.sqrt(q.shape[-1]), _causal(task)
+    outputs: Tensors = {}
+    if not backward:
+        def run() -> None:
+            outputs["O"] = flash_attn_func(q, k, v, softmax_scale=scale, causal=causal).transpose(1, 2)
+        return _probe(Baseline("FlashAttention (flash_attn)", run, outputs))
+    qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+    out = flash_attn_func(qg, kg, vg, softmax_scale=scale, causal=causal)
+    do = inputs["dO"].transpose(1, 2)
+
+    def run_bwd() -> None:
+        grads = torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True)
+        outputs["dQ"], outputs["dK"], outputs["dV"] = (g.transpose(1, 2) for g in grads)
+    return _probe(Baseline("FlashAttention (flash_attn backward)", run_bwd, outputs))
+
+
+_BUILDERS: dict[str, Callable[[TaskSpec, Tensors, dict[str, int]], Baseline]] = {
+    "cublas": _gemm,
+    "cudnn_sdpa": _sdpa_fwd,
+    "cudnn_sdpa_backward": _sdpa_bwd,
+    "torch_rms_norm": _rms_norm,
+    "torch_add": _add,
+}
+
+
+def library_fn(task: TaskSpec, inputs: Tensors, sizes: dict[str, int]) -> Baseline:
+    """The task's library baseline on these inputs; raises BaselineUnavailable where it cannot run."""
+    if task.baseline not in _BUILDERS:
+        raise KeyError(f"{task.source}: no baseline named {task.baseline!r}")
+    return _BUILDERS[task.baseline](task, inputs, sizes)
+
+
+def library_fns(task: TaskSpec, inputs: Tensors, sizes: dict[str, int]) -> list[Baseline]:
+    """Every library that can run this task here: the baseline first, then alternates.
+
+    The caller compares against the fastest. Raises BaselineUnavailable only if none can run.
+    """
+    found: list[Baseline] = []
+    problems: list[str] = []
+    try:
+        found.append(library_fn(task, inputs, sizes))
+    except BaselineUnavailable as exc:
+        problems.append(str(exc))
+    if task.baseline in ("cudnn_sdpa", "cudnn_sdpa_backward"):
+        try:
+            alt = _flash_attn(task, inputs, backward=task.baseline == "cudnn_sdpa_backward")
+        except BaselineUnavailable as exc:
+            problems.append(str(exc))
+            alt = None
+        if alt is not None:
+            found.append(alt)
+    if not found:
+        raise BaselineUnavailable("; ".join(problems))
+    return found

@@ -1,0 +1,81 @@
+"""Random task inputs: deterministic per (seed, device), in the spec's dtypes, never all zero.
+
+Distributions (a spec's `input_distribution`, or an input's own `distribution`):
+
+- ``normal``: N(0, 1).
+- ``spiky``: N(0, 1), each element replaced with probability 0.001 by a draw
+  from N(0, 100) (standard deviation 10), as the paper draws attention inputs.
+- ``uniform``: U(−1, 1).
+
+Values are drawn in float32 with a `torch.Generator` on the target device and
+then cast, so the same seed gives the same tensors on the same kind of device
+(CPU and CUDA generators differ). Derived inputs (attention backward's O and
+LSE) come from the reference's `derive_inputs`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ptxbench.tasks.spec import TaskSpec
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
+
+SPIKE_PROBABILITY = 1e-3
+SPIKE_STD = 10.0
+
+_TORCH_DTYPES = {
+    "bf16": "bfloat16", "f16": "float16", "f32": "float32", "f64": "float64",
+    "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2",
+    "i8": "int8", "i32": "int32", "i64": "int64", "u8": "uint8", "u32": "uint32",
+}
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    import torch
+
+    if name not in _TORCH_DTYPES:
+        raise KeyError(f"unknown dtype {name!r} (known: {', '.join(_TORCH_DTYPES)})")
+    return getattr(torch, _TORCH_DTYPES[name])
+
+
+def draw(shape: tuple[int, ...], distribution: str, gen: torch.Generator, device: str | torch.device) -> Tensor:
+    """float32 values from one of the named distributions."""
+    import torch
+
+    if distribution == "normal":
+        return torch.randn(shape, generator=gen, device=device)
+    if distribution == "uniform":
+        return torch.rand(shape, generator=gen, device=device) * 2 - 1
+    if distribution == "spiky":
+        x = torch.randn(shape, generator=gen, device=device)
+        spikes = torch.randn(shape, generator=gen, device=device) * SPIKE_STD
+        hit = torch.rand(shape, generator=gen, device=device) < SPIKE_PROBABILITY
+        return torch.where(hit, spikes, x)
+    raise ValueError(f"unknown distribution {distribution!r} (known: normal, spiky, uniform)")
+
+
+def make_inputs(task: TaskSpec, sizes: dict[str, int], seed: int, device: str | torch.device = "cpu") -> dict[str, Tensor]:
+    """Every input of `task` at `sizes`, drawn from seed `seed` on `device`, in the spec's dtypes."""
+    import torch
+
+    from ptxbench.tasks.reference import derive_inputs
+
+    device = torch.device(device)
+    gen = torch.Generator(device=device)
+    gen.manual_seed(int(seed))
+    shapes = task.shapes(sizes)
+    out: dict[str, Tensor] = {}
+    for t in task.inputs:
+        if t.derived:
+            continue
+        dtype = torch_dtype(t.dtype)
+        if dtype.is_floating_point:
+            x = draw(shapes[t.name], t.distribution or task.input_distribution, gen, device).to(dtype)
+        else:
+            # Small non-zero integers: a kernel that ignores an input cannot match by luck.
+            x = torch.randint(1, 16, shapes[t.name], generator=gen, device=device).to(dtype)
+        out[t.name] = x
+    return derive_inputs(task, out)
