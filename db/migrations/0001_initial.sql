@@ -27,7 +27,8 @@ CREATE TABLE runs (
     id              INTEGER PRIMARY KEY,
     model_id        INTEGER NOT NULL REFERENCES models(id),
     name            TEXT NOT NULL,
-    context_level   TEXT NOT NULL DEFAULT 'none',   -- none | brief | full
+    context_level   TEXT NOT NULL DEFAULT 'none'    -- none | brief | full
+                    CHECK (context_level IN ('none', 'brief', 'full')),
     prompt_version  TEXT,
     params          TEXT NOT NULL DEFAULT '{}',     -- JSON: temperature, max tokens, samples, turns …
     source          TEXT NOT NULL,
@@ -43,7 +44,8 @@ CREATE TABLE samples (
     sample_index  INTEGER NOT NULL DEFAULT 0,       -- which of n samples
     turn          INTEGER NOT NULL DEFAULT 1,       -- 1-based turn within a trajectory
     parent_id     INTEGER REFERENCES samples(id),   -- the turn this one follows
-    language      TEXT NOT NULL,                    -- ptx | cuda | none (extract failed)
+    language      TEXT NOT NULL                     -- ptx | cuda | none (extract failed)
+                  CHECK (language IN ('ptx', 'cuda', 'none')),
     code          TEXT NOT NULL DEFAULT '',         -- the candidate's code
     manifest      TEXT,                             -- JSON launch manifest, if any
     response      TEXT,                             -- raw model response, stored before anything else
@@ -55,7 +57,7 @@ CREATE TABLE samples (
     created_at    TEXT NOT NULL
 );
 CREATE INDEX samples_task ON samples(task_id);
-CREATE INDEX samples_run ON samples(run_id);
+CREATE INDEX samples_run ON samples(run_id, task_id, sample_index, turn);  -- a resumed run finds what it stored
 CREATE INDEX samples_model ON samples(model_id);
 CREATE INDEX samples_parent ON samples(parent_id);
 CREATE INDEX samples_hash ON samples(content_hash);
@@ -71,12 +73,12 @@ CREATE TABLE evaluations (
     status              TEXT NOT NULL,          -- judged | "skipped: no sm_100a device" | static
     category            TEXT NOT NULL,          -- ok or one vocabulary word
     stage               TEXT,                   -- the stage the category belongs to
-    compiled            INTEGER,                -- 0/1; NULL = not reached
-    correct             INTEGER,                -- on train sizes
-    correct_heldout     INTEGER,                -- on held-out sizes
-    uses_ptx            INTEGER,                -- every requested family in the PTX
-    uses_sass           INTEGER,                -- … and in the SASS where it has a distinctive opcode
-    executed            INTEGER,                -- … and executed (Nsight Compute), when measured
+    compiled            INTEGER CHECK (compiled IN (0, 1)),         -- NULL = not reached
+    correct             INTEGER CHECK (correct IN (0, 1)),          -- on train sizes
+    correct_heldout     INTEGER CHECK (correct_heldout IN (0, 1)),  -- on held-out sizes
+    uses_ptx            INTEGER CHECK (uses_ptx IN (0, 1)),         -- every requested family in the PTX
+    uses_sass           INTEGER CHECK (uses_sass IN (0, 1)),        -- … and in the SASS where it has a distinctive opcode
+    executed            INTEGER CHECK (executed IN (0, 1)),         -- … and executed (Nsight Compute), when measured
     ptx_families        TEXT NOT NULL DEFAULT '[]',
     sass_families       TEXT NOT NULL DEFAULT '[]',
     required_missing    TEXT NOT NULL DEFAULT '[]',
@@ -99,7 +101,7 @@ CREATE INDEX evaluations_category ON evaluations(category);
 CREATE TABLE measurements (
     id              INTEGER PRIMARY KEY,
     evaluation_id   INTEGER NOT NULL REFERENCES evaluations(id),
-    split           TEXT NOT NULL,              -- train | heldout
+    split           TEXT NOT NULL CHECK (split IN ('train', 'heldout')),
     sizes           TEXT NOT NULL,              -- JSON {"M": 8192, …}
     category        TEXT NOT NULL,
     max_rel_err     REAL,
@@ -122,6 +124,7 @@ CREATE TABLE fixes (
     created_at          TEXT NOT NULL
 );
 CREATE INDEX fixes_failed ON fixes(failed_sample_id);
+CREATE INDEX fixes_fixed ON fixes(fixed_sample_id);
 
 -- A person's triage, beside the automatic category, never over it.
 CREATE TABLE labels (
@@ -129,7 +132,7 @@ CREATE TABLE labels (
     sample_id         INTEGER NOT NULL REFERENCES samples(id),
     category          TEXT,
     note              TEXT NOT NULL DEFAULT '',
-    fixit_candidate   INTEGER NOT NULL DEFAULT 0,
+    fixit_candidate   INTEGER NOT NULL DEFAULT 0 CHECK (fixit_candidate IN (0, 1)),
     author            TEXT NOT NULL,
     created_at        TEXT NOT NULL
 );

@@ -1,0 +1,158 @@
+"""Reading single records and searching: rows come back as dataclasses.
+
+(The explorer's paged, filtered listings live in db/browse.py.)
+Every value from outside is a bound parameter; a search text is turned into
+an FTS5 query that cannot be read as query syntax, so any text gives results
+or an empty list, never an error.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any, TypeVar
+
+import sqlite_utils
+
+from ptxbench.db.records import Evaluation, Fix, Label, Measurement, Model, Record, Run, Sample, Task, from_row
+
+R = TypeVar("R", bound=Record)
+
+
+def _one(db: sqlite_utils.Database, cls: type[R], sql: str, params: list[Any] | dict[str, Any]) -> R | None:
+    cur = db.execute(sql, params)
+    row = cur.fetchone()
+    if row is None:
+        return None
+    return from_row(cls, {d[0]: v for d, v in zip(cur.description, row)})
+
+
+def _all(db: sqlite_utils.Database, cls: type[R], sql: str, params: list[Any] | dict[str, Any]) -> list[R]:
+    cur = db.execute(sql, params)
+    names = [d[0] for d in cur.description]
+    return [from_row(cls, dict(zip(names, row))) for row in cur.fetchall()]
+
+
+def get_task(db: sqlite_utils.Database, task_id: str) -> Task | None:
+    return _one(db, Task, "SELECT * FROM tasks WHERE id = ?", [task_id])
+
+
+def list_tasks(db: sqlite_utils.Database) -> list[Task]:
+    return _all(db, Task, "SELECT * FROM tasks ORDER BY id", [])
+
+
+def get_model(db: sqlite_utils.Database, name_or_id: str | int) -> Model | None:
+    if isinstance(name_or_id, int):
+        return _one(db, Model, "SELECT * FROM models WHERE id = ?", [name_or_id])
+    return _one(db, Model, "SELECT * FROM models WHERE name = ?", [name_or_id])
+
+
+def get_run(db: sqlite_utils.Database, run_id: int) -> Run | None:
+    return _one(db, Run, "SELECT * FROM runs WHERE id = ?", [run_id])
+
+
+def get_sample(db: sqlite_utils.Database, sample_id: int) -> Sample | None:
+    return _one(db, Sample, "SELECT * FROM samples WHERE id = ?", [sample_id])
+
+
+def find_sample(
+    db: sqlite_utils.Database, *, run_id: int, task_id: str, sample_index: int, turn: int
+) -> Sample | None:
+    """The sample a run already stored in this slot (a resumed run skips it)."""
+    return _one(
+        db,
+        Sample,
+        "SELECT * FROM samples WHERE run_id = ? AND task_id = ? AND sample_index = ? AND turn = ? "
+        "ORDER BY id DESC LIMIT 1",
+        [run_id, task_id, sample_index, turn],
+    )
+
+
+def latest_evaluation(db: sqlite_utils.Database, sample_id: int) -> Evaluation | None:
+    """The newest judgement of a sample: it speaks for the sample (older ones stay as history)."""
+    return _one(db, Evaluation, "SELECT * FROM evaluations WHERE sample_id = ? ORDER BY id DESC LIMIT 1", [sample_id])
+
+
+def evaluations_for(db: sqlite_utils.Database, sample_id: int) -> list[Evaluation]:
+    """Every judgement of a sample, newest first."""
+    return _all(db, Evaluation, "SELECT * FROM evaluations WHERE sample_id = ? ORDER BY id DESC", [sample_id])
+
+
+def measurements_for(db: sqlite_utils.Database, evaluation_id: int) -> list[Measurement]:
+    return _all(db, Measurement, "SELECT * FROM measurements WHERE evaluation_id = ? ORDER BY id", [evaluation_id])
+
+
+def labels_for(db: sqlite_utils.Database, sample_id: int) -> list[Label]:
+    """A person's triage of a sample, newest first."""
+    return _all(db, Label, "SELECT * FROM labels WHERE sample_id = ? ORDER BY id DESC", [sample_id])
+
+
+def fixes_for(db: sqlite_utils.Database, sample_id: int) -> list[Fix]:
+    """Fixes in which the sample is the failed or the fixed one."""
+    return _all(
+        db, Fix, "SELECT * FROM fixes WHERE failed_sample_id = ? OR fixed_sample_id = ? ORDER BY id", [sample_id, sample_id]
+    )
+
+
+# -- search ------------------------------------------------------------------------
+
+
+def fts_query(text: str) -> str:
+    """Words → an FTS5 query matching all of them. Each word is quoted as a
+    phrase, so PTX names (`cp.async.bulk`, `mbarrier::complete_tx`) and stray
+    quotes or operators are plain text; a trailing `*` keeps its prefix meaning."""
+    terms = []
+    # NUL ends a C string inside SQLite's query parser; it can never be meant.
+    for word in text.replace("\x00", " ").split():
+        prefix = len(word) > 1 and word.endswith("*")
+        word = word.rstrip("*") if prefix else word
+        if not word.strip('"'):
+            continue
+        terms.append('"' + word.replace('"', '""') + '"' + ("*" if prefix else ""))
+    return " ".join(terms)
+
+
+def search_samples(
+    db: sqlite_utils.Database,
+    query: str,
+    *,
+    task_id: str | None = None,
+    model_id: int | None = None,
+    include_evaluations: bool = True,
+    limit: int = 50,
+    offset: int = 0,
+) -> list[Sample]:
+    """Samples whose code, response or source, or (with `include_evaluations`)
+    whose judgements' evidence, assembler log or category, hold every word of
+    `query`; best matches first."""
+    match = fts_query(query)
+    if not match:
+        return []
+    hits = "SELECT rowid AS sample_id, rank FROM samples_fts WHERE samples_fts MATCH :q"
+    if include_evaluations:
+        hits += (
+            " UNION ALL SELECT e.sample_id, evaluations_fts.rank FROM evaluations_fts"
+            " JOIN evaluations e ON e.id = evaluations_fts.rowid WHERE evaluations_fts MATCH :q"
+        )
+    where = []
+    params: dict[str, Any] = {"q": match, "limit": max(0, int(limit)), "offset": max(0, int(offset))}
+    if task_id is not None:
+        where.append("s.task_id = :task_id")
+        params["task_id"] = task_id
+    if model_id is not None:
+        where.append("s.model_id = :model_id")
+        params["model_id"] = model_id
+    sql = (
+        f"SELECT s.* FROM (SELECT sample_id, MIN(rank) AS best FROM ({hits}) GROUP BY sample_id) h"
+        " JOIN samples s ON s.id = h.sample_id"
+        + (" WHERE " + " AND ".join(where) if where else "")
+        + " ORDER BY h.best, s.id DESC LIMIT :limit OFFSET :offset"
+    )
+    try:
+        return _all(db, Sample, sql, params)
+    except sqlite3.OperationalError as exc:
+        # Quoting makes every text a valid query; should FTS5 still refuse one,
+        # the answer is "nothing found". A locked or broken store is not that.
+        msg = str(exc).lower()
+        if "locked" in msg or "no such" in msg or "malformed" in msg:
+            raise
+        return []

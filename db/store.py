@@ -1,0 +1,365 @@
+"""Opening the store: where it lives, connection settings, schema migrations, clear errors.
+
+A store is one SQLite file in WAL mode: one writer at a time, readers never
+blocked. Each thread opens its own connection (connections are bound to the
+thread that made them). The schema version is `PRAGMA user_version`; the
+migrations are the numbered files in db/migrations/ and run in order, each in
+its own transaction, after a backup copy of the store is taken.
+
+Every failure a person can cause or meet (a file that is not a store, a
+corrupt file, a store held by another writer, a store written by a newer
+PTXBench) is a `StoreError` with a message that says what to do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import sqlite_utils
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+ENV_VAR = "PTXBENCH_DB"
+DEFAULT_TIMEOUT_S = 5.0
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_MIGRATION_NAME = re.compile(r"^(\d{4})_[A-Za-z0-9_]+\.sql$")
+
+
+class StoreError(Exception):
+    """The store cannot be used as asked; the message says why and what to do."""
+
+
+class StoreLocked(StoreError):
+    """Another process held the write lock for longer than the timeout."""
+
+
+class SchemaTooNew(StoreError):
+    """The store was written by a newer PTXBench than this one."""
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    path: Path
+
+    def sql(self) -> str:
+        return self.path.read_text(encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class MigrationReport:
+    from_version: int
+    to_version: int
+    backup: Path | None  # the copy taken before migrating; None when the store was new
+
+    @property
+    def migrated(self) -> bool:
+        return self.to_version != self.from_version
+
+
+def now_iso() -> str:
+    """The store's timestamp format: UTC, ISO 8601, seconds."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def default_store_path() -> Path:
+    """$PTXBENCH_DB if set, else <user data dir>/ptxbench.sqlite (the folder is created)."""
+    env = os.environ.get(ENV_VAR)
+    if env:
+        return Path(env).expanduser()
+    import platformdirs
+
+    folder = Path(platformdirs.user_data_dir("ptxbench", appauthor=False))
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(f"cannot create the data folder {folder}: {exc.strerror or exc}") from None
+    return folder / "ptxbench.sqlite"
+
+
+def migrations(folder: Path = MIGRATIONS_DIR) -> list[Migration]:
+    """The migration files in order; their numbers must run 1, 2, 3 … with no gap."""
+    found = []
+    for path in sorted(folder.iterdir()):
+        m = _MIGRATION_NAME.match(path.name)
+        if m:
+            found.append(Migration(int(m.group(1)), path.stem, path))
+    for expected, migration in enumerate(found, start=1):
+        if migration.version != expected:
+            raise StoreError(f"migration files out of order: expected {expected:04d}_*.sql, found {migration.path.name}")
+    return found
+
+
+def latest_version() -> int:
+    return len(migrations())
+
+
+# -- opening ------------------------------------------------------------------
+
+
+def open_store(
+    path: str | Path | None = None,
+    *,
+    readonly: bool = False,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    migrate: bool = True,
+    check: bool = False,
+) -> sqlite_utils.Database:
+    """Open (and for writers create and migrate) a store.
+
+    `path` None means `default_store_path()`. A writer brings the schema up to
+    date (backing the file up first); a reader (`readonly=True`) never writes
+    and refuses a store whose schema differs from this code's. `check=True`
+    runs `PRAGMA quick_check` first (it reads the whole file; migrating an
+    existing store always does it).
+    """
+    path = Path(path) if path is not None else default_store_path()
+    _check_file(path, must_exist=readonly)
+    conn = _connect(path, readonly=readonly, timeout=timeout)
+    try:
+        db = sqlite_utils.Database(conn, execute_plugins=False)
+        version = _read_version(db, path)
+        if check:
+            quick_check(db, path)
+        known = latest_version()
+        if version > known:
+            raise SchemaTooNew(
+                f"the store {path} has schema version {version}, newer than this PTXBench knows "
+                f"(up to {known}); upgrade PTXBench to open it"
+            )
+        if readonly:
+            if version < known:
+                raise StoreError(
+                    f"the store {path} has schema version {version} and this PTXBench needs {known}; "
+                    "open it once for writing (for example `ptxbench tasks`) to upgrade it"
+                )
+            return db
+        _configure_writer(db, path)
+        if migrate:
+            migrate_store(db, path=path)
+        return db
+    except BaseException:
+        conn.close()
+        raise
+
+
+def _check_file(path: Path, *, must_exist: bool) -> None:
+    if path.is_dir():
+        raise StoreError(f"{path} is a folder, not a store file")
+    if not path.exists():
+        if must_exist:
+            raise StoreError(f"no store at {path}")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create the folder for the store {path}: {exc.strerror or exc}") from None
+        return
+    try:
+        with path.open("rb") as f:
+            head = f.read(len(_SQLITE_MAGIC))
+    except OSError as exc:
+        raise StoreError(f"cannot read the store {path}: {exc.strerror or exc}") from None
+    # An empty file is a new database to SQLite; anything else must carry the header.
+    if head and head != _SQLITE_MAGIC:
+        raise StoreError(f"{path} is not a PTXBench store: the file is not an SQLite database")
+
+
+def _connect(path: Path, *, readonly: bool, timeout: float) -> sqlite3.Connection:
+    try:
+        if readonly:
+            conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=timeout)
+            conn.execute("PRAGMA query_only = ON")
+        else:
+            conn = sqlite3.connect(str(path), timeout=timeout)
+        conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        return conn
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot open the store {path}: {exc}") from None
+
+
+def _read_version(db: sqlite_utils.Database, path: Path) -> int:
+    try:
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.DatabaseError as exc:
+        raise _translate(exc, path) from None
+    if version == 0 and tables and "samples" not in tables:
+        shown = ", ".join(sorted(tables)[:5])
+        raise StoreError(f"{path} is an SQLite database but not a PTXBench store (it holds tables: {shown})")
+    return version
+
+
+def _configure_writer(db: sqlite_utils.Database, path: Path) -> None:
+    try:
+        mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        # In WAL mode NORMAL never corrupts; it can only lose the last commits on power loss.
+        db.execute("PRAGMA synchronous = NORMAL")
+    except sqlite3.DatabaseError as exc:
+        raise _translate(exc, path) from None
+    if str(mode).lower() != "wal":
+        raise StoreError(f"the store {path} could not be switched to WAL mode (journal mode is {mode})")
+
+
+def quick_check(db: sqlite_utils.Database, path: Path | str = "the store") -> None:
+    """Raise StoreError unless SQLite's quick integrity check passes."""
+    try:
+        rows = [r[0] for r in db.execute("PRAGMA quick_check(5)")]
+    except sqlite3.DatabaseError as exc:
+        raise _translate(exc, Path(path)) from None
+    if rows != ["ok"]:
+        raise StoreError(
+            f"the store {path} is damaged (SQLite integrity check: {'; '.join(rows)}); "
+            "restore a backup (*.bak-v*) or move the file aside to start a new store"
+        )
+
+
+def _translate(exc: sqlite3.Error, path: Path) -> StoreError:
+    msg = str(exc)
+    low = msg.lower()
+    if "locked" in low or "busy" in low:
+        return StoreLocked(
+            f"the store {path} is locked by another writer (waited for it and gave up); "
+            "close the other PTXBench process or try again"
+        )
+    if "not a database" in low:
+        return StoreError(f"{path} is not a PTXBench store: {msg}")
+    if "malformed" in low or "corrupt" in low:
+        return StoreError(
+            f"the store {path} is damaged ({msg}); restore a backup (*.bak-v*) or move the file aside"
+        )
+    if "readonly" in low or "read-only" in low:
+        return StoreError(f"the store {path} cannot be written ({msg})")
+    return StoreError(f"store error in {path}: {msg}")
+
+
+# -- transactions ---------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def write_transaction(db: sqlite_utils.Database) -> Iterator[sqlite_utils.Database]:
+    """One write transaction, taken with the write lock up front (BEGIN IMMEDIATE)
+    so that it waits on the busy timeout instead of failing half way; nested use
+    becomes a savepoint. A lock held past the timeout becomes `StoreLocked`."""
+    if db.conn.in_transaction:
+        with db.atomic():
+            yield db
+        return
+    try:
+        db.conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as exc:
+        raise _translate(exc, _db_path(db)) from None
+    try:
+        yield db
+    except BaseException:
+        if db.conn.in_transaction:
+            db.conn.execute("ROLLBACK")
+        raise
+    try:
+        db.conn.execute("COMMIT")
+    except sqlite3.OperationalError as exc:
+        if db.conn.in_transaction:
+            db.conn.execute("ROLLBACK")
+        raise _translate(exc, _db_path(db)) from None
+
+
+def _db_path(db: sqlite_utils.Database) -> Path:
+    row = db.execute("PRAGMA database_list").fetchone()
+    return Path(row[2]) if row and row[2] else Path(":memory:")
+
+
+# -- migrations -----------------------------------------------------------------
+
+
+def schema_version(db: sqlite_utils.Database) -> int:
+    return db.execute("PRAGMA user_version").fetchone()[0]
+
+
+def migrate_store(
+    db: sqlite_utils.Database,
+    *,
+    path: Path | None = None,
+    backup: bool = True,
+    target: int | None = None,
+    migrations_dir: Path = MIGRATIONS_DIR,
+) -> MigrationReport:
+    """Bring the schema up to date (or up to `target`). Each migration runs in
+    its own transaction (a failure leaves the store at the last good version);
+    a store that held data is copied to `<name>.bak-v<old>-<timestamp>` first."""
+    path = path or _db_path(db)
+    start = schema_version(db)
+    pending = [m for m in migrations(migrations_dir) if m.version > start and (target is None or m.version <= target)]
+    if not pending:
+        return MigrationReport(start, start, None)
+    backup_path = None
+    if backup and start > 0 and str(path) != ":memory:":
+        quick_check(db, path)
+        backup_path = backup_store(db, path, start)
+    for migration in pending:
+        with write_transaction(db):
+            # Re-read under the write lock: another process may have migrated meanwhile.
+            if schema_version(db) >= migration.version:
+                continue
+            try:
+                db.executescript(migration.sql())
+            except sqlite3.Error as exc:
+                raise StoreError(f"migration {migration.name} failed on {path}: {exc}") from None
+            db.execute(f"PRAGMA user_version = {migration.version:d}")
+    if "meta" in db.table_names() and get_meta(db, "created_at") is None:
+        with write_transaction(db):
+            set_meta(db, "created_at", now_iso())
+            set_meta(db, "created_by", f"ptxbench {package_version()}")
+    return MigrationReport(start, schema_version(db), backup_path)
+
+
+def package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ptxbench")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def backup_store(db: sqlite_utils.Database, path: Path, version: int) -> Path:
+    """A consistent copy of the store through SQLite's backup API (safe while others read)."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    target = path.with_name(f"{path.name}.bak-v{version}-{stamp}")
+    n = 1
+    while target.exists():
+        n += 1
+        target = path.with_name(f"{path.name}.bak-v{version}-{stamp}-{n}")
+    try:
+        dest = sqlite3.connect(str(target))
+        try:
+            db.conn.backup(dest)
+        finally:
+            dest.close()
+    except sqlite3.Error as exc:
+        raise StoreError(f"could not back up {path} to {target} before migrating: {exc}") from None
+    return target
+
+
+# -- provenance -------------------------------------------------------------------
+
+
+def get_meta(db: sqlite_utils.Database, key: str) -> str | None:
+    if "meta" not in db.table_names():
+        return None
+    row = db.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()
+    return row[0] if row else None
+
+
+def set_meta(db: sqlite_utils.Database, key: str, value: str) -> None:
+    db.execute(
+        "INSERT INTO meta (key, value, updated_at) VALUES (?, ?, ?) "
+        "ON CONFLICT(key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
+        [key, value, now_iso()],
+    )
