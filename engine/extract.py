@@ -38,6 +38,7 @@ _PTX_HEADER = re.compile(r"^\s*\.(version|target|address_size)\b", re.M)
 _CUDA_ATTRS = re.compile(r"__(launch_bounds|cluster_dims|maxnreg)__\s*\([^)]*\)")
 _CUDA_GLOBAL = re.compile(r"__global__[^;{(]*?\b([A-Za-z_]\w*)\s*\(")
 _CUDA_HINTS = re.compile(r"__device__|asm\s+volatile|asm\s*\(|#include|__shared__|threadIdx")
+_ODD_CHARS = re.compile("[\x00-\x08\x0e-\x1f\x7f\ufffd]")
 _MANIFEST_KEYS = re.compile(r'"(launches|tensor_maps|scratch)"\s*:')
 
 
@@ -92,7 +93,7 @@ def _check_printable(text: str, evidence: dict[str, Any]) -> str | None:
     if "\x00" in text[:_BINARY_PROBE]:
         evidence["binary"] = "NUL characters in the text"
         return None
-    odd = sum(1 for ch in text if (ord(ch) < 32 and ch not in "\t\n\r\f\v") or ch == "\ufffd")
+    odd = len(_ODD_CHARS.findall(text))
     if text and odd / len(text) > _MAX_NONPRINTABLE:
         evidence["binary"] = f"{odd} of {len(text)} characters are control characters or undecodable"
         return None

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, NamedTuple
 
-from ptxbench.tasks.expr import ExprError, evaluate, parse
+from ptxbench.tasks.expr import ExprError, check_syntax, evaluate
 from ptxbench.tasks.spec import BUILTIN_NAMES, DTYPE_BYTES, TaskSpec
 
 Expr = int | float | str
@@ -129,7 +129,7 @@ def _expr(v: Any, where: str) -> Expr:
     if isinstance(v, bool) or not isinstance(v, (int, str)):
         raise ManifestError(f"{where}: expected an integer or an expression string, got {_tname(v)} {v!r}")
     try:
-        parse(v)
+        check_syntax(v)
     except ExprError as exc:
         raise ManifestError(f"{where}: {exc}") from None
     return v

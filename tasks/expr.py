@@ -225,6 +225,25 @@ def parse(text: ExprLike) -> ast.Expression:
         raise ExprError(f"{source[:80]!r} is nested too deeply") from None
 
 
+_SYNTAX_NODES = (ast.Expression, ast.Constant, ast.Name, ast.Load, ast.UnaryOp, ast.UAdd, ast.USub,
+                 ast.BinOp, ast.Call, *_BINARY)
+
+
+def check_syntax(text: ExprLike) -> None:
+    """Reject, without evaluating, anything but numbers, names, arithmetic and the allowed functions."""
+    tree = parse(text)
+    for node in ast.walk(tree):
+        if not isinstance(node, _SYNTAX_NODES):
+            raise ExprError(f"{text!r}: {type(node).__name__} is not allowed here")
+        if isinstance(node, ast.Call) and (not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS
+                                           or node.keywords):
+            raise ExprError(f"{text!r}: only the functions {', '.join(FUNCTIONS)} may be called, "
+                            "with positional arguments")
+        if isinstance(node, ast.Constant) and (isinstance(node.value, bool)
+                                               or not isinstance(node.value, (int, float))):
+            raise ExprError(f"{text!r}: only numbers are allowed, not {node.value!r}")
+
+
 def names_in(text: ExprLike) -> set[str]:
     """The free names an expression uses (function names excluded)."""
     tree = parse(text)

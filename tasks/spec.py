@@ -406,12 +406,18 @@ def load_task(path: Path | str) -> TaskSpec:
     return task
 
 
+_LAUNCH_FIELDS = ("entry", "grid", "block", "cluster", "shared_bytes", "args")
+
+
 def _launch(r: _Reader, value: Any, known: set[str]) -> dict[str, Any]:
     """Light checks only; ptxbench.engine.manifest parses and resolves it fully."""
     if value is None:
         raise r.fail("launch", "missing (every task states a default launch)")
     if not isinstance(value, dict):
         raise r.fail("launch", "expected a table")
+    for key in value:
+        if key not in ("launches", "tensor_maps", "scratch"):
+            raise r.fail(f"launch.{key}", "unknown field (allowed: launches, tensor_maps, scratch)")
     launches = value.get("launches")
     if not isinstance(launches, list) or not launches:
         raise r.fail("launch.launches", "needs at least one [[launch.launches]] table")
@@ -419,6 +425,9 @@ def _launch(r: _Reader, value: Any, known: set[str]) -> dict[str, Any]:
         where = f"launch.launches[{i}]"
         if not isinstance(item, dict):
             raise r.fail(where, "expected a table")
+        for key in item:
+            if key not in _LAUNCH_FIELDS:
+                raise r.fail(f"{where}.{key}", f"unknown field (allowed: {', '.join(_LAUNCH_FIELDS)})")
         for key in ("entry", "grid", "block", "args"):
             if key not in item:
                 raise r.fail(f"{where}.{key}", "missing (the default launch must be complete)")
