@@ -1,0 +1,233 @@
+"""Read-only code views (PTX, SASS) that stay fast on long kernels.
+
+A `TextArea` asks `get_line()` only for the lines it paints, so the lexer runs
+lazily, front to back, as far as the deepest line painted so far, and each
+line's styled `Text` is cached. A 3 000-line kernel therefore opens as fast as
+a 30-line one. Colours come from the app theme's variables (see ROLE_VARIABLES),
+so every theme colours code; the style cache is dropped when the theme changes.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from collections.abc import Iterator
+from typing import Iterable
+
+from pygments.lexer import Lexer
+from rich.style import Style
+from rich.text import Text
+from textual.color import Color
+from textual.widgets import TextArea
+
+from ptxbench.tui.ptx_lexer import PtxbenchLexer, SassLexer, role_of
+
+# role → (theme variable, rich style attributes). A theme may define
+# `ptx-<role>` to override the colour (the ptxbench theme does).
+ROLE_VARIABLES: dict[str, tuple[str, str]] = {
+    "opcode": ("text-accent", "bold"),
+    "family": ("text-success", "bold"),
+    "modifier": ("text-secondary", ""),
+    "type": ("text-primary", ""),
+    "space": ("text-primary", "italic"),
+    "directive": ("text-primary", "bold"),
+    "guard": ("text-error", "bold"),
+    "register": ("foreground", ""),
+    "special": ("text-warning", "italic"),
+    "label": ("text-warning", "bold"),
+    "number": ("text-warning", ""),
+    "string": ("text-success", "italic"),
+    "comment": ("foreground-muted", "italic"),
+    "operator": ("text-error", "bold"),
+    "error": ("text-error", "reverse"),
+    "marked": ("warning-muted", "bold"),  # background of lines/opcodes to look at
+    "evidence": ("error-muted", ""),  # background of the line a message points at
+}
+
+
+def resolve_color(variables: dict[str, str], name: str) -> Color | None:
+    value = variables.get(name)
+    if not value:
+        return None
+    try:
+        color = Color.parse(value)
+    except Exception:  # "auto 87%" and other computed values
+        return None
+    if color.a < 1.0:
+        background = Color.parse(variables.get("background", "#000000"))
+        color = background + color
+    return color
+
+
+def role_styles(variables: dict[str, str]) -> dict[str, Style]:
+    styles: dict[str, Style] = {}
+    for role, (fallback, attrs) in ROLE_VARIABLES.items():
+        color = resolve_color(variables, f"ptx-{role}") or resolve_color(variables, fallback)
+        hex_color = color.hex6 if color else None
+        if role in ("marked", "evidence"):
+            styles[role] = Style.parse(f"{attrs} on {hex_color}" if hex_color else f"{attrs} reverse")
+        else:
+            styles[role] = Style.parse(f"{attrs} {hex_color}".strip() if hex_color else (attrs or "none"))
+    return styles
+
+
+class LazyHighlighter:
+    """Token spans per line, produced on demand from one running lexer."""
+
+    def __init__(self, text: str, lexer: Lexer) -> None:
+        self.text = text
+        self.line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
+        self._tokens: Iterator[tuple[int, object, str]] = lexer.get_tokens_unprocessed(text)
+        self._spans: list[list[tuple[int, int, str]]] = [[] for _ in self.line_starts]
+        self._done_upto = -1  # every line up to this index has all its spans
+        self._pending: tuple[int, object, str] | None = None
+
+    def spans(self, line: int) -> list[tuple[int, int, str]]:
+        if line > self._done_upto:
+            self._advance(line)
+        return self._spans[line] if 0 <= line < len(self._spans) else []
+
+    def _advance(self, line: int) -> None:
+        # A line is complete once a token starts on a later line.
+        limit = self.line_starts[line + 1] if line + 1 < len(self.line_starts) else len(self.text) + 1
+        starts = self.line_starts
+        while True:
+            tok = self._pending or next(self._tokens, None)
+            self._pending = None
+            if tok is None:
+                self._done_upto = len(self._spans) - 1
+                return
+            pos, ttype, value = tok
+            if pos >= limit:
+                self._pending = tok
+                self._done_upto = line
+                return
+            role = role_of(ttype)
+            if role is None or not value:
+                continue
+            end = pos + len(value)
+            first = bisect.bisect_right(starts, pos) - 1
+            for ln in range(first, len(starts)):
+                ls = starts[ln]
+                if ls >= end:
+                    break
+                s, e = max(pos, ls) - ls, min(end, starts[ln + 1] - 1 if ln + 1 < len(starts) else end) - ls
+                if e > s:
+                    self._spans[ln].append((s, e, role))
+
+
+class CodeView(TextArea):
+    """A read-only, lazily highlighted code view."""
+
+    DEFAULT_CSS = """
+    CodeView {
+        border: none;
+        padding: 0;
+        background: $surface;
+        &:focus { border: none; }
+    }
+    """
+
+    LEXER: type[Lexer] = PtxbenchLexer
+
+    def __init__(self, text: str = "", *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(
+            text,
+            read_only=True,
+            show_line_numbers=True,
+            soft_wrap=False,
+            id=id,
+            classes=classes,
+            tab_behavior="focus",
+        )
+        self.cursor_blink = False
+        self._highlighter = LazyHighlighter(text, self.LEXER(stripnl=False, ensurenl=False))
+        self._text_cache: dict[int, Text] = {}
+        self._styles: dict[str, Style] | None = None
+        self.marked_lines: set[int] = set()
+        self.evidence_lines: set[int] = set()
+        self.marked_words: frozenset[str] = frozenset()
+
+    # -- content -----------------------------------------------------------
+    def show(self, text: str, *, marked_words: Iterable[str] = ()) -> None:
+        """Replace the text (a new highlighter, empty caches)."""
+        self._highlighter = LazyHighlighter(text, self.LEXER(stripnl=False, ensurenl=False))
+        self._text_cache.clear()
+        self.marked_words = frozenset(marked_words)
+        self.marked_lines = set()
+        self.evidence_lines = set()
+        self.load_text(text)
+
+    def mark_evidence(self, line_index: int) -> None:
+        """Shade a line a message points at and put the cursor on it."""
+        self.evidence_lines = {line_index}
+        self._invalidate()
+        self.move_cursor((line_index, 0), center=True)
+
+    # -- theme -------------------------------------------------------------
+    def on_mount(self) -> None:
+        self.watch(self.app, "theme", self._theme_changed, init=False)
+
+    @property
+    def line_count(self) -> int:
+        return self.document.line_count
+
+    def _theme_changed(self, _theme: str) -> None:
+        self._styles = None
+        self._invalidate()
+
+    def _invalidate(self) -> None:
+        self._text_cache.clear()
+        # TextArea's own cache of painted strips is keyed by its theme, not the app's.
+        self._line_cache.clear()
+        self.refresh()
+
+    @property
+    def styles_by_role(self) -> dict[str, Style]:
+        if self._styles is None:
+            self._styles = role_styles(self.app.theme_variables)
+        return self._styles
+
+    # -- rendering ---------------------------------------------------------
+    def styled_line(self, index: int) -> Text:
+        cached = self._text_cache.get(index)
+        if cached is None:
+            line = self.document.get_line(index)
+            text = Text(line, end="", no_wrap=True)
+            styles = self.styles_by_role
+            for start, end, role in self._highlighter.spans(index):
+                style = styles.get(role)
+                if role in ("opcode", "family") and line[start:end].upper() in self.marked_words:
+                    text.stylize(styles["marked"], start, end)
+                if style:
+                    text.stylize(style, start, end)
+            if self.marked_words and role_marks(line, self.marked_words):
+                text.stylize(styles["marked"], 0, len(line))
+            if index in self.evidence_lines:
+                text.stylize(styles["evidence"], 0, len(line))
+            self._text_cache[index] = text
+            cached = text
+        return cached.copy()
+
+    def get_line(self, line_index: int) -> Text:
+        return self.styled_line(line_index)
+
+
+def role_marks(line: str, marked: frozenset[str]) -> bool:
+    """Does a SASS line's opcode start with one of the marked opcodes?"""
+    match = _SASS_OPCODE.search(line)
+    if not match:
+        return False
+    opcode = match.group(1)
+    return any(opcode == m or opcode.startswith(m + ".") for m in marked)
+
+
+_SASS_OPCODE = re.compile(r"\*/\s+(?:@!?U?P[0-7T]\s+)?([A-Z][A-Z0-9_.]*)")
+
+
+class PtxView(CodeView):
+    LEXER = PtxbenchLexer
+
+
+class SassView(CodeView):
+    LEXER = SassLexer
