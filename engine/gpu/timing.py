@@ -1,0 +1,110 @@
+"""Time a candidate and the library baseline the same way, interleaved, on one stream.
+
+Each repetition: flush L2 by writing a buffer of at least twice its size
+(outside the timed region), record an event, enqueue the launches, record an
+event; then the same for the baseline. Repetitions rotate through the trial's
+input sets (different seeds, each in its own buffers), so neither side can be
+served from a result or a cache line left by the previous repetition. Before
+the last repetition the candidate's outputs are poisoned again, so the re-check
+afterwards sees what that launch wrote. Warm-up runs first; the number of
+repetitions is chosen from the warm-up time (at least `min_reps`).
+
+Runs inside the worker process only (imports torch).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ptxbench.engine.gpu.protocol import TimingConfig
+
+
+@dataclass
+class Samples:
+    ms: list[float]
+
+    @property
+    def median(self) -> float:
+        return float(np.median(self.ms))
+
+    @property
+    def p10(self) -> float:
+        return float(np.percentile(self.ms, 10))
+
+    @property
+    def p90(self) -> float:
+        return float(np.percentile(self.ms, 90))
+
+    @property
+    def spread(self) -> float:
+        m = self.median
+        return (self.p90 - self.p10) / m if m > 0 else math.inf
+
+
+@dataclass
+class Interleaved:
+    candidate: Samples
+    baseline: Samples | None
+    reps: int
+    last_set: int                  # which input set the last timed candidate launch used
+
+
+def _timed(stream: torch.cuda.Stream, flush: torch.Tensor, fn: Callable[[], None],
+           start: torch.cuda.Event, end: torch.cuda.Event) -> None:
+    flush.zero_()
+    start.record(stream)
+    fn()
+    end.record(stream)
+
+
+def time_interleaved(
+    stream: torch.cuda.Stream,
+    flush: torch.Tensor,
+    candidate: list[Callable[[], None]],
+    baseline: list[Callable[[], None]] | None,
+    config: TimingConfig,
+    synchronize: Callable[[], None],
+    before_last: Callable[[int], None] | None = None,
+) -> Interleaved:
+    """`candidate[k]` / `baseline[k]` enqueue one run on input set k; `synchronize` raises on a fault."""
+    sets = len(candidate)
+    with torch.cuda.stream(stream):
+        # Warm-up, timing its last round to choose the number of repetitions.
+        warm = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+        for w in range(max(1, config.warmup)):
+            k = w % sets
+            _timed(stream, flush, candidate[k], warm[0], warm[1])
+            if baseline:
+                _timed(stream, flush, baseline[k], warm[2], warm[3])
+        synchronize()
+        per_rep = warm[0].elapsed_time(warm[1]) / 1e3
+        if baseline:
+            per_rep = max(per_rep, warm[2].elapsed_time(warm[3]) / 1e3)
+        reps = config.max_reps if per_rep <= 0 else math.ceil(config.target_s / per_rep)
+        reps = max(config.min_reps, min(config.max_reps, reps))
+
+        c_events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+        b_events = ([(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                     for _ in range(reps)] if baseline else [])
+        for i in range(reps):
+            k = i % sets
+            if i == reps - 1 and before_last is not None:
+                before_last(k)
+            _timed(stream, flush, candidate[k], *c_events[i])
+            if baseline:
+                _timed(stream, flush, baseline[k], *b_events[i])
+        synchronize()
+    cand = Samples([a.elapsed_time(b) for a, b in c_events])
+    base = Samples([a.elapsed_time(b) for a, b in b_events]) if baseline else None
+    return Interleaved(cand, base, reps, (reps - 1) % sets)
+
+
+def estimate_timing_seconds(trial_seconds: float, config: TimingConfig) -> float:
+    """An upper bound on the timing step's duration, from one trial's launch time (for its deadline)."""
+    per_rep = max(trial_seconds, 1e-4) * (2 if config.baseline else 1) + 2e-3
+    return (config.warmup + config.max_reps) * per_rep

@@ -1,0 +1,323 @@
+"""The whole judgement of one candidate: static stages, then run, verify and time on the GPU.
+
+`judge(candidate, task)` returns a `Judgement`: the static verdict, one
+`SizeMeasurement` per problem size (train and held-out apart), and the
+summary an evaluation row stores. It never raises for anything a candidate
+does. Hardware that is not there is a status, never a verdict: a task whose
+arch has no device here is ``skipped: no sm_100a device`` (or sm_90a on a
+machine with no GPU).
+
+Category of the whole: the earliest-stage failure among the static verdict
+and the train sizes (engine/categories.py orders them); held-out sizes are
+reported in `correct_heldout` and their own measurements. A correct kernel
+that uses what was asked but is slower than the library is
+`slower_than_baseline`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ptxbench.engine import ENGINE_VERSION
+from ptxbench.engine.candidate import Candidate
+from ptxbench.engine.categories import OK, SKIPPED_PREFIX, STAGE_OF, worst
+from ptxbench.engine.extract import ExtractResult
+from ptxbench.engine.gpu.protocol import (
+    ArgPlan, DeviceInfo, Fatal, Job, JobResult, LaunchPlan, ScratchPlan, SizePlan, SizeResult, TensorMapPlan,
+    TimingConfig,
+)
+from ptxbench.engine.manifest import (
+    LaunchConfigError, ManifestError, ResolvedManifest, default_manifest, merge, param_problems, resolve,
+)
+from ptxbench.engine.runner import Runner, WorkerUnavailable
+from ptxbench.engine.static import StaticVerdict, judge_static
+from ptxbench.tasks.spec import TaskSpec, get_task
+
+Progress = Callable[[str, str, str | None], None]      # (stage, "begin" | "end", category)
+DEFAULT_SEEDS = (1, 2, 3)
+
+
+class EngineError(RuntimeError):
+    """The tool itself failed on a candidate (a worker that cannot start, a bug): not a verdict."""
+
+
+@dataclass
+class SizeMeasurement:
+    """One problem size's result: a `measurements` row."""
+
+    split: str
+    sizes: dict[str, int]
+    category: str
+    max_rel_err: float | None = None
+    worst: dict[str, Any] | None = None
+    time_ms: float | None = None
+    time_spread: float | None = None
+    baseline_ms: float | None = None
+    speedup: float | None = None
+    tflops: float | None = None
+    message: str = ""
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Judgement:
+    static: StaticVerdict
+    status: str                     # judged | static | "skipped: no sm_100a device"
+    category: str
+    stage: str | None
+    measurements: list[SizeMeasurement] = field(default_factory=list)
+    correct: bool | None = None
+    correct_heldout: bool | None = None
+    executed: bool | None = None
+    time_ms: float | None = None
+    baseline_ms: float | None = None
+    speedup: float | None = None
+    tflops: float | None = None
+    baseline: str | None = None
+    device: DeviceInfo | None = None
+    evidence: dict[str, Any] = field(default_factory=dict)
+    tool_versions: dict[str, str] = field(default_factory=dict)
+    engine_version: str = ENGINE_VERSION
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.category == OK and self.status == "judged"
+
+
+# -- the shared runner ---------------------------------------------------------------
+
+_default_runner: Runner | None = None
+
+
+def default_runner() -> Runner:
+    """One worker for this process, started on first use and kept for the next candidate."""
+    global _default_runner
+    if _default_runner is None:
+        _default_runner = Runner()
+    return _default_runner
+
+
+# -- manifest → plans --------------------------------------------------------------------
+
+def size_plan(resolved: ResolvedManifest, split: str, *, seeds: tuple[int, ...], timed: bool) -> SizePlan:
+    launches = tuple(
+        LaunchPlan(
+            entry=l.entry, grid=l.grid, block=l.block, cluster=l.cluster, shared_bytes=l.shared_bytes,
+            args=tuple(ArgPlan(kind=a.kind, name=a.name, dtype=a.dtype, value=a.value) for a in l.args),
+        )
+        for l in resolved.launches
+    )
+    tmaps = tuple(
+        TensorMapPlan(name=t.name, tensor=t.tensor, dtype=t.dtype, view=t.shape, box=t.box, swizzle=t.swizzle,
+                      interleave=t.interleave, l2_promotion=t.l2_promotion, oob_fill=t.oob_fill,
+                      element_strides=t.element_strides)
+        for t in resolved.tensor_maps.values()
+    )
+    scratch = tuple(ScratchPlan(s.name, s.dtype, s.shape, s.init) for s in resolved.scratch.values())
+    return SizePlan(split, dict(resolved.sizes), launches, tmaps, scratch, tuple(seeds), timed)
+
+
+def plan_sizes(candidate: Candidate | None, task: TaskSpec, ptx: str, num_sms: int, *,
+               seeds: tuple[int, ...] = DEFAULT_SEEDS,
+               sizes: list[tuple[str, dict[str, int]]] | None = None,
+               ) -> tuple[list[SizePlan], list[SizeMeasurement]]:
+    """Resolve the candidate's manifest at every size: plans to run, and sizes already decided (bad manifest)."""
+    plans: list[SizePlan] = []
+    decided: list[SizeMeasurement] = []
+    try:
+        manifest = merge(default_manifest(task), candidate.manifest if candidate is not None else None)
+    except ManifestError as exc:
+        return [], [SizeMeasurement(split, dict(s), "bad_manifest", message=str(exc))
+                    for split, s in (sizes or task.all_sizes())]
+    for split, s in sizes or task.all_sizes():
+        try:
+            resolved = resolve(manifest, task, s, num_sms)
+        except (ManifestError, LaunchConfigError) as exc:
+            decided.append(SizeMeasurement(split, dict(s), exc.category, message=str(exc)))  # type: ignore[attr-defined]
+            continue
+        problems = param_problems(resolved, ptx)
+        if problems:
+            category = worst([c for c, _ in problems])
+            decided.append(SizeMeasurement(split, dict(s), category, message="; ".join(m for _, m in problems)))
+            continue
+        plans.append(size_plan(resolved, split, seeds=seeds, timed=dict(s) == dict(task.headline)))
+    return plans, decided
+
+
+# -- judging ---------------------------------------------------------------------------------
+
+def judge(
+    candidate: Candidate | ExtractResult | str | Path,
+    task: TaskSpec | str,
+    *,
+    gpu: bool = True,
+    sanitize: bool = False,
+    executed: bool = False,
+    runner: Runner | None = None,
+    static: StaticVerdict | None = None,
+    sizes: list[tuple[str, dict[str, int]]] | None = None,
+    seeds: tuple[int, ...] = DEFAULT_SEEDS,
+    timing: TimingConfig | None = None,
+    launch_timeout_s: float = 10.0,
+    progress: Progress | None = None,
+) -> Judgement:
+    """Judge one candidate for `task`. Raises EngineError only when the tool itself fails."""
+    spec = get_task(task) if isinstance(task, str) else task
+    note = progress or (lambda stage, status, category=None: None)
+    started = time.perf_counter()
+    if static is None:
+        note("assemble", "begin", None)
+        static = judge_static(candidate, spec)
+        note("inspect", "end", static.category)
+    out = Judgement(static=static, status="static", category=static.category, stage=STAGE_OF.get(static.category),
+                    tool_versions=dict(static.tool_versions))
+    out.seconds["static"] = sum(v for k, v in static.seconds.items() if k == "total")
+    if static.cubin is None or not gpu:
+        # Nothing to run (extract or assemble failed), or the caller asked for the static stages only.
+        out.status = "judged" if static.cubin is None else "static"
+        return out
+
+    runner = runner or default_runner()
+    try:
+        device = runner.start()
+    except WorkerUnavailable as exc:
+        raise EngineError(str(exc)) from None
+    if device is None or device.arch != spec.arch:
+        out.status = f"{SKIPPED_PREFIX}no {spec.arch} device"
+        out.evidence["device"] = runner.no_device_reason if device is None else f"{device.name} is {device.arch}"
+        return out
+    out.device = device
+    out.tool_versions.update(device.versions)
+
+    cand = static.candidate
+    plans, decided = plan_sizes(cand, spec, static.ptx, device.num_sms, seeds=seeds, sizes=sizes)
+    measured = _run_plans(runner, spec, static.cubin, plans, timing or TimingConfig(), launch_timeout_s, note, out)
+    out.measurements = _in_size_order(spec, sizes, decided + measured)
+    _summarise(out)
+    if sanitize or executed:
+        from ptxbench.engine.gpu.tools import run_executed, run_sanitize
+
+        smallest = plans[0] if plans else None
+        if sanitize and smallest is not None:
+            note("sanitize", "begin", None)
+            report = run_sanitize(spec, static.cubin, smallest, device.index)
+            out.evidence["sanitize"] = report
+            if report.get("category") in ("illegal_address", "misaligned_address") and out.category in (
+                    OK, "slower_than_baseline"):
+                # Reads past a buffer leave the canaries intact; memcheck sees them.
+                out.category, out.stage = report["category"], STAGE_OF[report["category"]]
+            note("sanitize", "end", report.get("category"))
+        if executed and smallest is not None:
+            note("executed", "begin", None)
+            report = run_executed(spec, static, smallest, device.index)
+            out.evidence["executed"] = report
+            out.executed = report.get("executed")
+            if out.executed is False and out.category == OK:
+                out.category, out.stage = "required_not_executed", STAGE_OF["required_not_executed"]
+            note("executed", "end", None)
+    out.seconds["total"] = time.perf_counter() - started
+    return out
+
+
+def _run_plans(runner: Runner, task: TaskSpec, cubin: bytes, plans: list[SizePlan], timing: TimingConfig,
+               launch_timeout_s: float, note: Callable[..., None], out: Judgement) -> list[SizeMeasurement]:
+    """Send the plans to the worker; after a hang or crash, give each split not yet reached one fresh worker."""
+    results: list[SizeMeasurement] = []
+    pending = list(plans)
+    retried: set[str] = set()
+    fatals: list[dict[str, Any]] = []
+    t0 = time.perf_counter()
+    for _attempt in range(1 + len({p.split for p in plans})):
+        if not pending:
+            break
+        job = Job(task.id, cubin, tuple(pending), timing, launch_timeout_s)
+        note("run", "begin", None)
+        result = runner.judge(job, on_event=_phase_notes(note))
+        done = {r.index for r in result.sizes}
+        results += [_measurement(r) for r in result.sizes]
+        fatal = result.fatal
+        if fatal is None:
+            note("verify", "end", None)
+            break
+        if fatal.category == "tool_error":
+            raise EngineError(fatal.message)
+        fatals.append({"category": fatal.category, "message": fatal.message[-2000:],
+                       "cuda_error": fatal.cuda_error_name, "signal": fatal.signal})
+        note("run", "end", fatal.category)
+        failed_at = fatal.size_index
+        if failed_at is None:
+            # The worker died outside any size (it never reached one): nothing more can be learned here.
+            raise EngineError(f"the worker failed before judging a size: {fatal.message[-800:]}")
+        if failed_at not in done:
+            plan = pending[failed_at]
+            results.append(SizeMeasurement(plan.split, dict(plan.sizes), fatal.category, message=fatal.message[-2000:]))
+            done.add(failed_at)
+        failed_split = pending[failed_at].split
+        retried.add(failed_split)
+        pending = [p for i, p in enumerate(pending) if i not in done and p.split not in retried]
+    out.seconds["gpu"] = time.perf_counter() - t0
+    if fatals:
+        out.evidence["worker_fatal"] = fatals
+    return results
+
+
+def _phase_notes(note: Callable[..., None]) -> Callable[[dict[str, Any]], None]:
+    stage_of_phase = {"launch": "run", "verify": "verify", "time": "time"}
+
+    def on_event(event: dict[str, Any]) -> None:
+        if event.get("event") == "phase" and event.get("phase") in stage_of_phase:
+            note(stage_of_phase[event["phase"]], "begin", None)
+    return on_event
+
+
+def _measurement(r: SizeResult) -> SizeMeasurement:
+    m = SizeMeasurement(r.split, dict(r.sizes), r.category, r.max_error, r.worst, message=r.message)
+    m.detail = {"trials": [{"seed": t.seed, "category": t.category, "errors": t.errors, "launch_ms": t.launch_ms,
+                            **({"detail": t.detail} if t.detail else {})} for t in r.trials]}
+    if r.timing is not None:
+        t = r.timing
+        m.time_ms, m.time_spread, m.tflops = t.time_ms, t.spread, t.tflops
+        m.baseline_ms, m.speedup = t.baseline_ms, t.speedup
+        m.detail["timing"] = {
+            "reps": t.reps, "p10_ms": t.p10_ms, "p90_ms": t.p90_ms, "baseline": t.baseline,
+            "baseline_p10_ms": t.baseline_p10_ms, "baseline_p90_ms": t.baseline_p90_ms,
+            "baseline_spread": t.baseline_spread, "baseline_tflops": t.baseline_tflops,
+            "recheck": t.recheck, "recheck_detail": t.recheck_detail,
+        }
+    return m
+
+
+def _in_size_order(task: TaskSpec, sizes: list[tuple[str, dict[str, int]]] | None,
+                   found: list[SizeMeasurement]) -> list[SizeMeasurement]:
+    order = {(split, tuple(sorted(s.items()))): i for i, (split, s) in enumerate(sizes or task.all_sizes())}
+    return sorted(found, key=lambda m: order.get((m.split, tuple(sorted(m.sizes.items()))), len(order)))
+
+
+def _summarise(out: Judgement) -> None:
+    out.status = "judged"
+    train = [m for m in out.measurements if m.split == "train"]
+    heldout = [m for m in out.measurements if m.split == "heldout"]
+    out.correct = bool(train) and all(m.category == OK for m in train)
+    out.correct_heldout = (all(m.category == OK for m in heldout) and bool(heldout)) if heldout else None
+    categories = [out.static.category] + [m.category for m in train]
+    out.category = worst(categories)
+    timed = next((m for m in train if m.time_ms is not None), None)
+    if timed is not None:
+        out.time_ms, out.baseline_ms, out.speedup, out.tflops = (timed.time_ms, timed.baseline_ms, timed.speedup,
+                                                                  timed.tflops)
+        out.baseline = (timed.detail.get("timing") or {}).get("baseline")
+    if out.category == OK and out.speedup is not None and out.speedup < 1.0:
+        out.category = "slower_than_baseline"
+    out.stage = STAGE_OF.get(out.category)
+    failing = next((m for m in train + heldout if m.category != OK), None)
+    if failing is not None:
+        out.evidence["first_failure"] = {"split": failing.split, "sizes": failing.sizes,
+                                         "category": failing.category, "message": failing.message,
+                                         "worst": failing.worst}
+    if out.baseline:
+        out.evidence["baseline"] = out.baseline
