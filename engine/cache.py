@@ -57,12 +57,19 @@ class Cache:
         return self.dir / key[:2] / f"{key}.{name}"
 
     def get(self, key: str, blobs: tuple[str, ...] = ()) -> tuple[dict[str, Any], dict[str, bytes]] | None:
-        """The report and the named blobs, or None on a miss (or a damaged entry)."""
+        """The report and those of the named blobs that exist, or None on a miss
+        (or a damaged report). Which blobs an entry must have is the caller's
+        business: its report says so."""
         try:
             report = json.loads(self._path(key, _REPORT).read_text(encoding="utf-8"))
-            data = {name: self._path(key, name).read_bytes() for name in blobs}
         except (OSError, ValueError):
             return None
+        data: dict[str, bytes] = {}
+        for name in blobs:
+            try:
+                data[name] = self._path(key, name).read_bytes()
+            except OSError:
+                pass
         if not isinstance(report, dict):
             return None
         return report, data

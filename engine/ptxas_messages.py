@@ -15,7 +15,7 @@ ptxas 13.0.88 on the PTX files in tests/data/ptx/.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ptxbench.engine.categories import BY_STAGE
@@ -222,7 +222,7 @@ class EntryResources:
     spill_store_bytes: int = 0
     spill_load_bytes: int = 0
     local_bytes: int = 0
-    constant_bytes: dict[str, int] | None = None
+    constant_bytes: dict[str, int] = field(default_factory=dict)  # per bank: {"cmem[0]": 380}
     cumulative_stack_bytes: int = 0
 
     @property
@@ -230,9 +230,7 @@ class EntryResources:
         return bool(self.spill_store_bytes or self.spill_load_bytes)
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["constant_bytes"] = dict(self.constant_bytes or {})
-        return d
+        return asdict(self)
 
 
 def parse_resources(output: str) -> dict[str, EntryResources]:
@@ -270,5 +268,5 @@ def parse_resources(output: str) -> dict[str, EntryResources]:
                 elif kind == "cumulative stack size":
                     r.cumulative_stack_bytes = int(amount)
                 else:
-                    r.constant_bytes = {**(r.constant_bytes or {}), kind: int(amount)}
+                    r.constant_bytes[kind] = int(amount)
     return found
