@@ -1,0 +1,250 @@
+"""Stage `inspect`: which instruction families the PTX and the SASS use, and a verdict for every requested one.
+
+The PTX census reads instruction names with all their qualifiers (`::` ones
+included), past predicate guards and labels, ignoring comments, strings and
+directives. The SASS census reads `cuobjdump -sass` per function. Presence
+counts, never numbers: ptxas unrolls and deletes.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ptxbench.engine.cache import Cache, content_key
+from ptxbench.engine.categories import OK
+from ptxbench.engine.families import BY_NAME, get_family, ptx_families, sass_families
+from ptxbench.engine.toolchain import ToolchainError, find_tool, run_tool, tool_env, tool_version
+
+DISASSEMBLE_TIMEOUT_S = 120.0
+
+_BLOCK_COMMENT = re.compile(r"/\*.*?\*/", re.S)
+_LINE_COMMENT = re.compile(r"//[^\n]*")
+_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
+# Directives that end at the line's end rather than at a semicolon.
+_LINE_DIRECTIVE = re.compile(r"^[ \t]*\.(loc|file|version|target|address_size|section)\b[^\n]*", re.M)
+_LABEL = re.compile(r"^[A-Za-z_$%][\w$]*\s*:(?!:)\s*")
+_GUARD = re.compile(r"^@!?[%\w$]+\s+")
+_OPCODE = re.compile(r"^([a-z][\w]*(?:(?:\.|::)\w+)*)")
+
+_SASS_FUNCTION = re.compile(r"^\s*Function\s*:\s*(\S+)")
+_SASS_INSN = re.compile(
+    r"^\s*/\*[0-9a-fA-F]+\*/\s+(?:\{\s*)?(?:@!?U?P(?:[0-7]|T)\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Za-z0-9_]+)*)"
+)
+
+
+def _statement_opcode(stmt: str) -> str | None:
+    s = stmt.strip()
+    while m := _LABEL.match(s):
+        s = s[m.end():]
+    s = _GUARD.sub("", s, count=1)
+    m = _OPCODE.match(s)
+    return m.group(1) if m else None
+
+
+def ptx_statements(ptx: str) -> list[str]:
+    """The PTX cut into statements, comments and strings gone. A `{` opens a
+    block unless it follows an instruction name (or an `=`) in the same
+    statement, where it opens a vector operand or an initializer."""
+    text = _BLOCK_COMMENT.sub(" ", ptx)
+    text = _LINE_COMMENT.sub("", text)
+    text = _STRING.sub('""', text)
+    text = _LINE_DIRECTIVE.sub("", text)
+    statements: list[str] = []
+    start = 0
+    operand_depth = 0
+    buf: list[str] = []
+    for m in re.finditer(r"[;{}]", text):
+        piece = text[start:m.start()]
+        start = m.end()
+        ch = m.group(0)
+        if ch == ";" and operand_depth == 0:
+            buf.append(piece)
+            statements.append("".join(buf))
+            buf = []
+        elif ch == "{":
+            so_far = "".join(buf) + piece
+            if operand_depth or "=" in so_far or _statement_opcode(so_far):
+                operand_depth += 1
+                buf.append(piece + ch)
+            else:
+                statements.append(so_far)
+                buf = []
+        elif ch == "}":
+            if operand_depth:
+                operand_depth -= 1
+                buf.append(piece + ch)
+            else:
+                statements.append("".join(buf) + piece)
+                buf = []
+        else:
+            buf.append(piece + ch)
+    statements.append("".join(buf) + text[start:])
+    return [st.strip() for st in statements if st.strip()]
+
+
+def ptx_census(ptx: str) -> Counter[str]:
+    """Instruction name (opcode with qualifiers) → occurrences in the PTX text."""
+    found: Counter[str] = Counter()
+    for stmt in ptx_statements(ptx):
+        op = _statement_opcode(stmt)
+        if op:
+            found[op] += 1
+    return found
+
+
+def sass_census(sass: str) -> dict[str, Counter[str]]:
+    """Function name → SASS opcode (with modifiers) → occurrences, from `cuobjdump -sass` text."""
+    functions: dict[str, Counter[str]] = {}
+    current: Counter[str] | None = None
+    for line in sass.splitlines():
+        if m := _SASS_FUNCTION.match(line):
+            current = functions.setdefault(m.group(1), Counter())
+            continue
+        if current is not None and (m := _SASS_INSN.match(line)):
+            current[m.group(1)] += 1
+    return functions
+
+
+def disassemble(cubin: bytes, *, cache: Cache | None = None, timeout: float = DISASSEMBLE_TIMEOUT_S) -> str:
+    """`cuobjdump -sass` of a cubin. A failure here is the toolchain's, never the candidate's:
+    the cubin came out of ptxas."""
+    versions = {"cuobjdump": tool_version("cuobjdump"), "nvdisasm": tool_version("nvdisasm")}
+    key = content_key(cubin, versions=versions, stage="sass")
+    if cache is not None:
+        hit = cache.get(key, blobs=("sass",))
+        if hit is not None and "sass" in hit[1]:
+            return hit[1]["sass"].decode("utf-8", "replace")
+    with tempfile.TemporaryDirectory(prefix="ptxbench-sass-") as tmp:
+        path = Path(tmp) / "candidate.cubin"
+        path.write_bytes(cubin)
+        run = run_tool([str(find_tool("cuobjdump")), "-sass", path.name], timeout=timeout, cwd=tmp, env=tool_env())
+    if run.timed_out:
+        raise ToolchainError("cuobjdump", f"did not finish within {timeout:g} s", "")
+    if run.returncode != 0 or "fatal" in run.stderr:
+        tool = "nvdisasm" if "nvdisasm" in run.stderr else "cuobjdump"
+        raise ToolchainError(tool, f"cuobjdump -sass failed: {run.output.strip()[:300]}")
+    if cache is not None:
+        cache.put(key, {"stage": "sass", "versions": versions}, {"sass": run.stdout.encode("utf-8")})
+    return run.stdout
+
+
+@dataclass
+class FamilyRow:
+    family: str
+    kind: str  # distinctive / generic / none
+    in_ptx: bool
+    in_sass: bool | None  # None: the family has no SASS signature (kind "none") or there is no SASS
+    ok: bool
+    missing: str | None  # "ptx" or "sass" when not ok
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def family_row(name: str, ptx_found: set[str], sass_found: set[str] | None) -> FamilyRow:
+    """The rule of ptx-facts.md: distinctive → the SASS decides; generic → PTX, confirmed by SASS; none → PTX."""
+    fam = get_family(name)
+    in_ptx = name in ptx_found
+    in_sass = None if (fam.kind == "none" or sass_found is None) else name in sass_found
+    if fam.kind == "distinctive":
+        ok = bool(in_sass)
+        missing = None if ok else ("sass" if in_ptx else "ptx")
+    elif fam.kind == "generic":
+        ok = in_ptx and bool(in_sass)
+        missing = None if ok else ("ptx" if not in_ptx else "sass")
+    else:
+        ok = in_ptx
+        missing = None if ok else "ptx"
+    return FamilyRow(name, fam.kind, in_ptx, in_sass, ok, missing)
+
+
+@dataclass
+class InspectResult:
+    category: str  # ok, required_missing_ptx or required_missing_sass
+    ptx_opcodes: dict[str, int] = field(default_factory=dict)
+    sass_opcodes: dict[str, dict[str, int]] = field(default_factory=dict)  # per function
+    ptx_families: list[str] = field(default_factory=list)
+    sass_families: list[str] = field(default_factory=list)
+    rows: list[FamilyRow] = field(default_factory=list)
+    required_missing: list[dict[str, str]] = field(default_factory=list)  # {"family", "missing": ptx|sass}
+    sass: str = ""
+    evidence: str = ""
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.category == OK
+
+    def to_dict(self, *, with_sass: bool = False) -> dict[str, Any]:
+        return {
+            "category": self.category,
+            "ptx_families": list(self.ptx_families),
+            "sass_families": list(self.sass_families),
+            "families": [r.to_dict() for r in self.rows],
+            "required_missing": [dict(x) for x in self.required_missing],
+            "ptx_opcodes": dict(self.ptx_opcodes),
+            "sass_opcodes": {k: dict(v) for k, v in self.sass_opcodes.items()},
+            "sass": self.sass if with_sass else None,
+            "evidence": self.evidence,
+            "seconds": dict(self.seconds),
+        }
+
+
+def inspect(ptx: str, cubin: bytes | None, require: list[str] | tuple[str, ...] = (), *,
+            sass: str | None = None, cache: Cache | None = None) -> InspectResult:
+    """Census of the PTX and (when there is a cubin) the SASS, and one row per requested family.
+
+    Unknown family names raise ValueError: they are the caller's mistake, not the candidate's."""
+    unknown = [f for f in require if f not in BY_NAME]
+    if unknown:
+        raise ValueError(f"unknown families: {', '.join(unknown)} (known: {', '.join(BY_NAME)})")
+    seconds: dict[str, float] = {}
+    t0 = time.perf_counter()
+    ptx_ops = ptx_census(ptx)
+    seconds["ptx_census"] = time.perf_counter() - t0
+    if sass is None and cubin is not None:
+        t1 = time.perf_counter()
+        sass = disassemble(cubin, cache=cache)
+        seconds["cuobjdump"] = time.perf_counter() - t1
+    t2 = time.perf_counter()
+    per_function = sass_census(sass) if sass is not None else {}
+    all_sass: set[str] = set()
+    for ops in per_function.values():
+        all_sass |= set(ops)
+    found_ptx = ptx_families(set(ptx_ops))
+    found_sass = sass_families(all_sass) if sass is not None else []
+    rows = [family_row(f, set(found_ptx), set(found_sass) if sass is not None else None) for f in dict.fromkeys(require)]
+    missing = [{"family": r.family, "missing": r.missing} for r in rows if not r.ok and r.missing]
+    if any(m["missing"] == "ptx" for m in missing):
+        category = "required_missing_ptx"
+    elif missing:
+        category = "required_missing_sass"
+    else:
+        category = OK
+    evidence = "; ".join(_missing_sentence(m["family"], m["missing"]) for m in missing)
+    seconds["sass_census"] = time.perf_counter() - t2
+    return InspectResult(
+        category=category,
+        ptx_opcodes=dict(sorted(ptx_ops.items())),
+        sass_opcodes={k: dict(sorted(v.items())) for k, v in per_function.items()},
+        ptx_families=found_ptx,
+        sass_families=found_sass,
+        rows=rows,
+        required_missing=missing,
+        sass=sass or "",
+        evidence=evidence,
+        seconds=seconds,
+    )
+
+
+def _missing_sentence(name: str, side: str) -> str:
+    fam = get_family(name)
+    if side == "ptx":
+        return f"{name}: no {fam.ptx_text} in the PTX"
+    return f"{name}: {fam.ptx_text} is in the PTX but no {fam.sass_text} in the SASS (dead code, or dropped by ptxas)"

@@ -1,0 +1,218 @@
+"""The static half of the pipeline in one call: extract (from a file) → assemble → inspect.
+
+It needs no GPU. The GPU stages take a StaticVerdict that is ok (its cubin,
+PTX and resources) and go on from there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ptxbench.engine.assemble import PTXAS_ARCHES, AssembleResult, assemble, ptx_header
+from ptxbench.engine.cache import Cache
+from ptxbench.engine.candidate import Candidate
+from ptxbench.engine.categories import OK, STAGE_OF
+from ptxbench.engine.extract import ExtractResult, load_candidate_file
+from ptxbench.engine.inspect import FamilyRow, inspect
+from ptxbench.engine.toolchain import tool_versions
+
+if TYPE_CHECKING:
+    from ptxbench.tasks.spec import TaskSpec
+
+DEFAULT_ARCH = "sm_90a"
+
+
+@dataclass
+class StaticVerdict:
+    category: str  # "ok" or a vocabulary word (extract, assemble or requirement stage)
+    stage: str  # the stage that decided: extract, assemble or inspect
+    arch: str
+    language: str | None = None
+    task_id: str | None = None
+    origin: str = ""
+    require: list[str] = field(default_factory=list)
+    ptx: str = ""
+    cubin: bytes | None = None
+    sass: str = ""
+    ptx_families: list[str] = field(default_factory=list)
+    sass_families: list[str] = field(default_factory=list)
+    families: list[FamilyRow] = field(default_factory=list)
+    required_missing: list[dict[str, str]] = field(default_factory=list)
+    resources: dict[str, dict[str, Any]] = field(default_factory=dict)
+    warnings: list[dict[str, Any]] = field(default_factory=list)
+    evidence: str = ""
+    evidence_line: int | None = None
+    evidence_source: str = ""
+    extract_evidence: dict[str, Any] = field(default_factory=dict)
+    assembler_log: str = ""
+    tool_versions: dict[str, str] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    cached: bool = False
+    candidate: Candidate | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.category == OK
+
+    @property
+    def assembled(self) -> bool:
+        return self.cubin is not None
+
+    def to_dict(self, *, with_text: bool = False) -> dict[str, Any]:
+        """JSON-safe; the PTX, SASS and cubin are left out unless asked for (they can be megabytes)."""
+        d: dict[str, Any] = {
+            "category": self.category,
+            "stage": self.stage,
+            "task_id": self.task_id,
+            "arch": self.arch,
+            "language": self.language,
+            "origin": self.origin,
+            "require": list(self.require),
+            "ptx_families": list(self.ptx_families),
+            "sass_families": list(self.sass_families),
+            "families": [r.to_dict() for r in self.families],
+            "required_missing": [dict(m) for m in self.required_missing],
+            "resources": self.resources,
+            "warnings": self.warnings,
+            "evidence": self.evidence,
+            "evidence_line": self.evidence_line,
+            "evidence_source": self.evidence_source,
+            "extract_evidence": self.extract_evidence,
+            "assembler_log": self.assembler_log,
+            "cubin": {"bytes": len(self.cubin), "sha256": hashlib.sha256(self.cubin).hexdigest()}
+            if self.cubin is not None else None,
+            "tool_versions": dict(self.tool_versions),
+            "seconds": {k: round(v, 4) for k, v in self.seconds.items()},
+            "cached": self.cached,
+        }
+        if with_text:
+            d["ptx"] = self.ptx
+            d["sass"] = self.sass
+        return d
+
+    def to_json(self, *, with_text: bool = False, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(with_text=with_text), indent=indent, default=str)
+
+
+def _resolve_task(task: TaskSpec | str | None) -> TaskSpec | None:
+    if task is None or not isinstance(task, str):
+        return task
+    from ptxbench.tasks.spec import get_task
+
+    return get_task(task)
+
+
+def _choose_arch(arch: str | None, task: TaskSpec | None, candidate: Candidate | None) -> str:
+    if arch:
+        return arch
+    if task is not None:
+        return task.arch
+    if candidate is not None and candidate.language == "ptx":
+        _, target = ptx_header(candidate.code)
+        if target in PTXAS_ARCHES:
+            return target
+    return DEFAULT_ARCH
+
+
+def judge_static(
+    candidate_or_file: Candidate | ExtractResult | str | Path,
+    task: TaskSpec | str | None = None,
+    arch: str | None = None,
+    require: list[str] | tuple[str, ...] | None = None,
+    *,
+    manifest_path: str | Path | None = None,
+    cache: Cache | None = None,
+    use_cache: bool = True,
+) -> StaticVerdict:
+    """Judge one candidate without a GPU.
+
+    `candidate_or_file` is a Candidate, an ExtractResult, or the path of a
+    candidate file (.ptx, .cu, or a model response). Without a task, the arch
+    defaults to the PTX's .target (else sm_90a) and nothing is required; an
+    explicit `arch` or `require` overrides the task's. Never raises for a bad
+    candidate; raises ToolchainError when a tool is missing, OSError when the
+    file cannot be read, ValueError for an unknown arch or family name.
+    """
+    started = time.perf_counter()
+    spec = _resolve_task(task)
+    seconds: dict[str, float] = {}
+    extracted: ExtractResult | None = None
+    if isinstance(candidate_or_file, Candidate):
+        candidate: Candidate | None = candidate_or_file
+    else:
+        if isinstance(candidate_or_file, ExtractResult):
+            extracted = candidate_or_file
+        else:
+            t = time.perf_counter()
+            extracted = load_candidate_file(candidate_or_file, manifest_path)
+            seconds["extract"] = time.perf_counter() - t
+        candidate = extracted.candidate if extracted.ok else None
+
+    the_arch = _choose_arch(arch, spec, candidate)
+    if the_arch not in PTXAS_ARCHES:
+        raise ValueError(f"unknown architecture {the_arch!r} (ptxas knows: {', '.join(PTXAS_ARCHES)})")
+    wanted = list(require) if require is not None else list(spec.families if spec is not None else [])
+    verdict = StaticVerdict(
+        category=OK, stage="extract", arch=the_arch, task_id=spec.id if spec is not None else None,
+        require=wanted, extract_evidence=dict(extracted.evidence) if extracted is not None else {},
+        candidate=candidate,
+    )
+    if candidate is None:
+        assert extracted is not None
+        verdict.category = extracted.category
+        verdict.evidence = str(extracted.evidence.get("reason", "")) or extracted.category
+        verdict.seconds = {**seconds, "total": time.perf_counter() - started}
+        return verdict
+
+    verdict.language = candidate.language
+    verdict.origin = candidate.origin
+    store = (cache if cache is not None else Cache()) if use_cache else None
+    asm: AssembleResult = assemble(candidate.code, candidate.language, the_arch, cache=store)
+    seconds["assemble"] = asm.seconds.get("total", 0.0)
+    for tool in ("nvcc", "ptxas"):
+        if tool in asm.seconds:
+            seconds[tool] = asm.seconds[tool]
+    verdict.stage = "assemble"
+    verdict.ptx = asm.ptx
+    verdict.cubin = asm.cubin
+    verdict.resources = {k: v.to_dict() for k, v in asm.resources.items()}
+    verdict.warnings = [m.to_dict() for m in asm.warnings]
+    verdict.assembler_log = asm.log
+    verdict.tool_versions = dict(asm.tool_versions)
+    verdict.cached = asm.cached
+    if not asm.ok:
+        verdict.category = asm.category
+        verdict.evidence = asm.evidence
+        verdict.evidence_line = asm.evidence_line
+        verdict.evidence_source = asm.evidence_source
+        if asm.ptx:
+            # The families a failed module reaches for are still worth showing.
+            census = inspect(asm.ptx, None, [], cache=store)
+            verdict.ptx_families = census.ptx_families
+        verdict.seconds = {**seconds, "total": time.perf_counter() - started}
+        return verdict
+
+    t = time.perf_counter()
+    result = inspect(asm.ptx, asm.cubin, wanted, cache=store)
+    seconds["inspect"] = time.perf_counter() - t
+    verdict.stage = "inspect"
+    verdict.sass = result.sass
+    verdict.ptx_families = result.ptx_families
+    verdict.sass_families = result.sass_families
+    verdict.families = result.rows
+    verdict.required_missing = result.required_missing
+    verdict.category = result.category
+    verdict.evidence = result.evidence
+    verdict.tool_versions.update(tool_versions(("cuobjdump", "nvdisasm")))
+    verdict.seconds = {**seconds, "total": time.perf_counter() - started}
+    return verdict
+
+
+def stage_of(category: str) -> str:
+    """The stage a category belongs to ("ok" → "inspect", the last static stage)."""
+    return STAGE_OF.get(category, "inspect")
