@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from ptxbench.tasks.expr import ExprError, check_condition, evaluate, evaluate_int, names_in
+from ptxbench.tasks.expr import ExprError, check_condition, check_syntax, evaluate, evaluate_int, names_in
 
 SIZES = {"M": 8192, "N": 7168, "K": 5120, "D": 128, "num_sms": 132}
 
@@ -95,3 +95,10 @@ def test_conditions():
 def test_names_in_ignores_function_names():
     assert names_in("ceil_div(M, BLOCK) * max(N, 1)") == {"M", "BLOCK", "N"}
     assert names_in(7) == set()
+
+
+def test_check_syntax_without_names():
+    check_syntax("ceil_div(M, 128) * num_sms + 2 ** 3 - 1 / sqrt(D)")
+    for bad in ("M.real", "f(1)", "min(x=1)", "'s'", "[1]", "M < N", "a if b else c", "M +"):
+        with pytest.raises(ExprError):
+            check_syntax(bad)
