@@ -1,6 +1,14 @@
-"""The `ptxbench` command line."""
+"""The `ptxbench` command line.
+
+Each command lives in its own module of this package and is registered
+below with one line; heavy imports stay inside the commands so that
+`ptxbench --help` is instant.
+"""
 
 import typer
+
+from ptxbench.cli.check import check_command
+from ptxbench.cli.tasks import tasks_command
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="PTXBench: judge model-written PTX kernels.")
 
@@ -11,3 +19,11 @@ def version() -> None:
     from ptxbench.engine import ENGINE_VERSION
 
     typer.echo(ENGINE_VERSION)
+
+
+app.command("tasks")(tasks_command)
+app.command("check")(check_command)
+
+
+if __name__ == "__main__":
+    app()

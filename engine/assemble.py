@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ptxbench.engine.cache import Cache, content_key
+from ptxbench.engine.cache import Cache, content_key, source_fingerprint
 from ptxbench.engine.categories import OK
 from ptxbench.engine.ptxas_messages import (
     EntryResources,
@@ -44,6 +44,10 @@ MAX_CODE_BYTES = 4 << 20
 DEFAULT_TIMEOUT_S = 120.0
 PTXAS_FLAGS: tuple[str, ...] = ("-v",)
 EVIDENCE_SOURCE_CHARS = 200
+
+# The classifier and this stage's own code are part of the cache key, so a
+# change to either never serves a verdict that the new code would not give.
+_FINGERPRINT = source_fingerprint(__file__, Path(__file__).with_name("ptxas_messages.py"))
 
 _VERSION_RE = re.compile(r"^[ \t]*\.version[ \t]+(\d+)\.(\d+)", re.M)
 _TARGET_RE = re.compile(r"^[ \t]*\.target[ \t]+([A-Za-z0-9_]+)", re.M)
@@ -217,7 +221,8 @@ def assemble(
     versions = {"ptxas": tool_version("ptxas")}
     if language == "cuda":
         versions["nvcc"] = tool_version("nvcc")
-    key = content_key(text, language=language, arch=arch, versions=versions, flags=PTXAS_FLAGS, stage="assemble")
+    key = content_key(text, language=language, arch=arch, versions=versions, flags=PTXAS_FLAGS, stage="assemble",
+                      engine=_FINGERPRINT)
     if cache is not None:
         hit = cache.get(key, blobs=("cubin",))
         if hit is not None and (hit[0].get("cubin_bytes") is None or "cubin" in hit[1]):

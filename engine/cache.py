@@ -47,6 +47,17 @@ def content_key(*parts: str | bytes, **fields: Any) -> str:
     return h.hexdigest()
 
 
+def source_fingerprint(*paths: str | Path) -> str:
+    """A short hash of source files whose logic decides a cached result."""
+    h = hashlib.sha256()
+    for p in paths:
+        try:
+            h.update(Path(p).read_bytes())
+        except OSError:
+            h.update(str(p).encode())
+    return h.hexdigest()[:16]
+
+
 class Cache:
     """A directory of entries: <dir>/<key[:2]>/<key>.<name>."""
 

@@ -72,6 +72,7 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("arch_unsupported", r"cannot be compiled for architecture"),
         ("arch_unsupported", r"requires \.target sm_|not supported (on|for) (this|the target) arch"),
         ("syntax", r"Parsing error|syntax error|Unexpected end of file|Unterminated"),
+        ("syntax", r"non-ASCII character|(Illegal|Invalid|Unexpected) character"),
         ("unknown_instruction", r"Not a name of any known instruction"),
         ("unknown_instruction", r"Unknown (modifier|directive|instruction|qualifier)"),
         ("unknown_instruction", r"Unexpected modifier|Illegal modifier|Invalid modifier"),
@@ -106,6 +107,7 @@ _PTXAS_LINE = re.compile(
 )
 _PTXAS_ADVISORY = re.compile(r"^ptxas(?:\s+(?P<file>.+?),\s+line\s+(?P<line>\d+);)?\s+Advisory:\s*(?P<text>.*)$")
 _NOTE_CODE = re.compile(r"^\((C\d{4})\)\s*")
+_ON_LINE = re.compile(r"\bon line (\d+)\b")
 
 
 def parse_ptxas(output: str) -> list[Message]:
@@ -124,12 +126,15 @@ def parse_ptxas(output: str) -> list[Message]:
         if c:
             code = c.group(1)
             text = text[c.end():]
+        line_no = int(groups["line"]) if groups.get("line") else None
+        if line_no is None and (on := _ON_LINE.search(text)):
+            line_no = int(on.group(1))  # "Unexpected non-ASCII character encountered on line 5"
         msg = Message(
             tool="ptxas",
             severity=sev,
             text=text,
             file=groups.get("file"),
-            line=int(groups["line"]) if groups.get("line") else None,
+            line=line_no,
             code=code,
         )
         if msg.is_error:

@@ -1,0 +1,115 @@
+"""Rich rendering of engine results for the terminal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from ptxbench.engine.categories import DESCRIPTIONS, OK, SKIPPED_PREFIX
+from ptxbench.engine.static import StaticVerdict
+
+
+def _mark(value: bool | None) -> Text:
+    if value is None:
+        return Text("—", style="dim")
+    return Text("yes", style="green") if value else Text("no", style="red")
+
+
+def category_text(category: str) -> Text:
+    if category == OK:
+        return Text("ok", style="bold green")
+    if category.startswith(SKIPPED_PREFIX):
+        return Text(category, style="yellow")
+    return Text(category, style="bold red")
+
+
+def families_table(verdict: StaticVerdict) -> Table | None:
+    if not verdict.families:
+        return None
+    table = Table(title="requested families", title_justify="left", show_edge=False, pad_edge=False)
+    for col in ("family", "kind", "PTX", "SASS", "verdict"):
+        table.add_column(col)
+    for row in verdict.families:
+        verdict_cell = Text("ok", style="green") if row.ok else Text(f"missing in {row.missing}", style="red")
+        table.add_row(row.family, row.kind, _mark(row.in_ptx), _mark(row.in_sass), verdict_cell)
+    return table
+
+
+def resources_table(resources: dict[str, dict[str, Any]]) -> Table | None:
+    entries = {k: v for k, v in resources.items() if v.get("registers") is not None}
+    if not entries:
+        return None
+    table = Table(title="resources (ptxas -v; bytes)", title_justify="left", show_edge=False, pad_edge=False)
+    for col in ("entry", "regs", "barriers", "smem", "stack", "spills st/ld"):
+        table.add_column(col, justify="left" if col == "entry" else "right", no_wrap=True)
+    for name, r in entries.items():
+        spills = f"{r.get('spill_store_bytes', 0)}/{r.get('spill_load_bytes', 0)}"
+        table.add_row(
+            name, str(r.get("registers")), str(r.get("barriers", "")), str(r.get("shared_bytes", 0)),
+            str(r.get("stack_frame_bytes", 0)),
+            Text(spills, style="yellow") if spills != "0/0" else Text(spills),
+        )
+    return table
+
+
+def render_check(console: Console, verdict: StaticVerdict, gpu: str) -> None:
+    head = Text()
+    head.append_text(category_text(verdict.category))
+    head.append(f"   stage {verdict.stage}", style="dim")
+    if verdict.category != OK and verdict.category in DESCRIPTIONS:
+        head.append(f"\n{DESCRIPTIONS[verdict.category]}", style="italic")
+    where = " · ".join(x for x in (verdict.task_id or "no task", verdict.arch, verdict.language or "", verdict.origin) if x)
+    head.append(f"\n{where}", style="dim")
+    parts: list[Any] = [head]
+
+    if verdict.evidence:
+        ev = Text("\nevidence: ", style="bold")
+        if verdict.evidence_line:
+            ev.append(f"line {verdict.evidence_line}: ", style="cyan")
+        ev.append(verdict.evidence)
+        if verdict.evidence_source:
+            ev.append(f"\n    {verdict.evidence_source}", style="dim")
+        parts.append(ev)
+
+    fam = Text("\n")
+    fam.append("PTX families:  ", style="bold")
+    fam.append(", ".join(verdict.ptx_families) or "none")
+    fam.append("\nSASS families: ", style="bold")
+    fam.append(", ".join(verdict.sass_families) or ("none" if verdict.assembled else "— (not assembled)"))
+    parts.append(fam)
+
+    for table in (families_table(verdict), resources_table(verdict.resources)):
+        if table is not None:
+            parts.append(Text(""))
+            parts.append(table)
+
+    if verdict.warnings:
+        w = Text("\nwarnings:", style="bold yellow")
+        for m in verdict.warnings:
+            code = f"({m['code']}) " if m.get("code") else ""
+            line = f"line {m['line']}: " if m.get("line") else ""
+            w.append(f"\n  {m['tool']} {line}{code}{m['text']}")
+        parts.append(w)
+
+    tail = Text("\n")
+    tail.append("GPU: ", style="bold")
+    tail.append_text(category_text(gpu) if gpu.startswith(SKIPPED_PREFIX) else Text(gpu))
+    secs = ", ".join(f"{k} {v:.2f}s" for k, v in verdict.seconds.items())
+    tail.append(f"\n{secs}{' (cached)' if verdict.cached else ''}", style="dim")
+    parts.append(tail)
+    console.print(Panel(Group(*parts), title="ptxbench check", title_align="left", expand=False))
+
+
+def render_tasks(console: Console, rows: list[dict[str, Any]]) -> None:
+    table = Table(show_edge=False, pad_edge=False)
+    table.add_column("id", no_wrap=True)
+    table.add_column("arch", no_wrap=True)
+    table.add_column("families")
+    table.add_column("expert solution", overflow="fold")
+    for r in rows:
+        table.add_row(r["id"], r["arch"], ", ".join(r["families"]) or "—", r["expert"] or Text("—", style="dim"))
+    console.print(table)
