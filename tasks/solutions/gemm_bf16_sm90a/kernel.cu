@@ -36,10 +36,17 @@ constexpr int B_TILE_BYTES = BN * BK * 2;                  // 32 KiB
 constexpr int STAGE_BYTES = A_TILE_BYTES + B_TILE_BYTES;   // 48 KiB, 1024-aligned
 constexpr int THREADS = 384;
 constexpr int CONSUMER_WARPS = 8;
+// Epilogue staging for the TMA-store variant: per consumer warpgroup, two
+// 64x64 bf16 buffers (8 KiB each, 128B-swizzled like the C tensor map's box).
+constexpr int C_CHUNK_COLS = 64;
+constexpr int C_CHUNK_BYTES = 64 * C_CHUNK_COLS * 2;
+constexpr int STAGING_BYTES = 2 * 2 * C_CHUNK_BYTES;      // 32 KiB
 // Dynamic shared memory the launch must provide: 1 KiB of alignment slack,
-// the ring, then the barriers.
-constexpr int SMEM_BYTES = 1024 + STAGES * STAGE_BYTES + 2 * STAGES * 8;
-static_assert(SMEM_BYTES <= 197696, "manifest shared_bytes must cover the ring");
+// the ring, the barriers (padded to 1 KiB), then the staging buffers.
+constexpr int SMEM_BYTES_DIRECT = 1024 + STAGES * STAGE_BYTES + 2 * STAGES * 8;
+constexpr int SMEM_BYTES_TMA_STORE = 1024 + STAGES * STAGE_BYTES + 1024 + STAGING_BYTES;
+static_assert(SMEM_BYTES_DIRECT <= 197696, "manifest shared_bytes (direct stores)");
+static_assert(SMEM_BYTES_TMA_STORE <= 231424, "manifest shared_bytes (TMA stores)");
 
 __device__ __forceinline__ u32 smem_addr(const void* p) {
     u32 r;
@@ -186,6 +193,22 @@ __device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
     return r;
 }
 
+// Four 8x8 bf16 matrices from the accumulator fragment layout to shared
+// memory; lanes 8i..8i+7 give the row addresses of matrix i.
+__device__ __forceinline__ void stmatrix_x4(u32 addr, u32 r0, u32 r1, u32 r2, u32 r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
+                 :: "r"(addr), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
+}
+
+__device__ __forceinline__ void tma_store_2d(const TmaDesc* map, u32 src, int c_inner, int c_outer) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];"
+                 :: "l"(reinterpret_cast<u64>(map)), "r"(src), "r"(c_inner), "r"(c_outer) : "memory");
+}
+
+__device__ __forceinline__ void named_barrier_sync(u32 id, u32 threads) {
+    asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(threads) : "memory");
+}
+
 __device__ __forceinline__ void st_global_b32(void* p, u32 v) {
     asm volatile("st.global.b32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
 }
@@ -216,14 +239,15 @@ __device__ __forceinline__ void cluster_sync_all() {
 
 // ---- the kernel body ------------------------------------------------------------
 
-template <int CM>
-__device__ __forceinline__ void gemm_body(const TmaDesc* tm_a, const TmaDesc* tm_b, unsigned short* C,
-                                          int M, int N, int K) {
+template <int CM, bool TMA_STORE>
+__device__ __forceinline__ void gemm_body(const TmaDesc* tm_a, const TmaDesc* tm_b, const TmaDesc* tm_c,
+                                          unsigned short* C, int M, int N, int K) {
     extern __shared__ unsigned char smem_raw[];
     const u32 raw = smem_addr(smem_raw);
     const u32 base = (raw + 1023u) & ~1023u;
     const u32 bar_full = base + STAGES * STAGE_BYTES;
     const u32 bar_empty = bar_full + STAGES * 8;
+    const u32 staging = bar_full + 1024;
 
     const int warpgroup = threadIdx.x / 128;
     if (CM > 1 && cluster_nctarank() != (u32)CM) {
@@ -342,10 +366,46 @@ __device__ __forceinline__ void gemm_body(const TmaDesc* tm_a, const TmaDesc* tm
                 }
             }
 
-            // Epilogue straight from the accumulator fragments: thread holds
-            // rows (lane/4) and (lane/4 + 8) of its warp's 16-row slice, two
-            // adjacent columns in each 8-column block.
-            if (m_tile < m_tiles) {
+            if (TMA_STORE) {
+                // Epilogue through shared memory: 64-column chunks of this
+                // warpgroup's 64x256 slice go to a 128B-swizzled staging buffer
+                // (stmatrix), then one thread stores the chunk with TMA. The
+                // stores drain while the next tile's main loop runs; a buffer is
+                // rewritten only once the store that read it is done reading.
+                if (m_tile < m_tiles) {
+                    const u32 bar_id = 1u + (u32)cw;
+                    const int row0 = m_tile * BM + cw * 64;
+                    const int mat = lane >> 3;                 // which 8x8 matrix this lane addresses
+                    const int r = lane & 7;
+                    const int srow = warp * 16 + r + 8 * (mat & 1);
+#pragma unroll
+                    for (int c = 0; c < BN / C_CHUNK_COLS; ++c) {
+                        const u32 buf = staging + (u32)(2 * cw + (c & 1)) * C_CHUNK_BYTES;
+                        if (tid == 0) asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
+                        named_barrier_sync(bar_id, 128);
+#pragma unroll
+                        for (int p = 0; p < C_CHUNK_COLS / 16; ++p) {
+                            const int j0 = c * (C_CHUNK_COLS / 8) + 2 * p;   // 8-column block index
+                            const int q = 2 * p + (mat >> 1);               // 16-byte chunk in the row
+                            const u32 addr = buf + (u32)srow * 128u + (u32)((q ^ r) << 4);
+                            stmatrix_x4(addr,
+                                        pack_bf16x2(acc[4 * j0 + 0], acc[4 * j0 + 1]),
+                                        pack_bf16x2(acc[4 * j0 + 2], acc[4 * j0 + 3]),
+                                        pack_bf16x2(acc[4 * j0 + 4], acc[4 * j0 + 5]),
+                                        pack_bf16x2(acc[4 * j0 + 6], acc[4 * j0 + 7]));
+                        }
+                        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+                        named_barrier_sync(bar_id, 128);
+                        if (tid == 0) {
+                            tma_store_2d(tm_c, buf, n0 + c * C_CHUNK_COLS, row0);
+                            asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+                        }
+                    }
+                }
+            } else if (m_tile < m_tiles) {
+                // Epilogue straight from the accumulator fragments: thread holds
+                // rows (lane/4) and (lane/4 + 8) of its warp's 16-row slice, two
+                // adjacent columns in each 8-column block.
                 const int row = m_tile * BM + cw * 64 + warp * 16 + (lane >> 2);
                 const bool full_n = n0 + BN <= N;
                 unsigned short* c0 = C + (size_t)row * N + n0 + 2 * (lane & 3);
@@ -359,6 +419,10 @@ __device__ __forceinline__ void gemm_body(const TmaDesc* tm_a, const TmaDesc* tm
                 }
             }
         }
+        if (TMA_STORE && tid == 0) {
+            // Shared memory must outlive the stores that read it.
+            asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+        }
     }
 
     if (CM > 1) {
@@ -370,15 +434,25 @@ __device__ __forceinline__ void gemm_body(const TmaDesc* tm_a, const TmaDesc* tm
 
 }  // namespace
 
+// Main entry: cluster 1, stmatrix + TMA-store epilogue. tm_c: C with box
+// [64,64], 128B swizzle. shared_bytes 231424.
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+gemm_bf16_tn_tma(const __grid_constant__ TmaDesc tm_a, const __grid_constant__ TmaDesc tm_b,
+                 const __grid_constant__ TmaDesc tm_c, int M, int N, int K) {
+    gemm_body<1, true>(&tm_a, &tm_b, &tm_c, nullptr, M, N, K);
+}
+
+// Simpler fallback: cluster 1, epilogue stores straight from registers.
+// shared_bytes 197696.
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 gemm_bf16_tn(const __grid_constant__ TmaDesc tm_a, const __grid_constant__ TmaDesc tm_b,
              unsigned short* __restrict__ C, int M, int N, int K) {
-    gemm_body<1>(&tm_a, &tm_b, C, M, N, K);
+    gemm_body<1, false>(&tm_a, &tm_b, nullptr, C, M, N, K);
 }
 
 // Launch with a cluster dimension of (2,1,1): the manifest says so.
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 gemm_bf16_tn_mc2(const __grid_constant__ TmaDesc tm_a, const __grid_constant__ TmaDesc tm_b,
                  unsigned short* __restrict__ C, int M, int N, int K) {
-    gemm_body<2>(&tm_a, &tm_b, C, M, N, K);
+    gemm_body<2, false>(&tm_a, &tm_b, nullptr, C, M, N, K);
 }
