@@ -3,7 +3,8 @@
 // 64x64 tiles of A and 128x64 tiles of B (128-byte swizzle) into shared
 // memory under an mbarrier, and wgmma.mma_async multiplies them. Written to be
 // compiled by nvcc -gencode=arch=compute_90a,code=sm_90a -ptx.
-#include <cuda_bf16.h>
+// Only <stdint.h>: bf16 values travel as raw 16-bit words, converted with
+// cvt.rn.bf16.f32, so the file needs no header beyond the compiler's own.
 #include <stdint.h>
 
 struct alignas(64) TensorMap {
@@ -22,9 +23,9 @@ __device__ static inline uint64_t smem_desc(const void* p) {
 
 extern "C" __global__ void __launch_bounds__(128) gemm(const __grid_constant__ TensorMap tmA,
                                                        const __grid_constant__ TensorMap tmB,
-                                                       __nv_bfloat16* C, int M, int N, int K) {
-  __shared__ alignas(1024) __nv_bfloat16 sA[64 * 64];
-  __shared__ alignas(1024) __nv_bfloat16 sB[128 * 64];
+                                                       uint16_t* C, int M, int N, int K) {
+  __shared__ alignas(1024) uint16_t sA[64 * 64];
+  __shared__ alignas(1024) uint16_t sB[128 * 64];
   __shared__ alignas(8) uint64_t bar;
 
   const int tid = threadIdx.x;
@@ -110,6 +111,8 @@ extern "C" __global__ void __launch_bounds__(128) gemm(const __grid_constant__ T
   for (int i = 0; i < 64; ++i) {
     int row = m0 + warp * 16 + lane / 4 + 8 * ((i / 2) % 2);
     int col = n0 + (i / 4) * 8 + (lane % 4) * 2 + (i % 2);
-    if (row < M && col < N) C[(size_t)row * N + col] = __float2bfloat16(acc[i]);
+    uint16_t h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(acc[i]));
+    if (row < M && col < N) C[(size_t)row * N + col] = h;
   }
 }
