@@ -44,6 +44,10 @@ MAX_CODE_BYTES = 4 << 20
 DEFAULT_TIMEOUT_S = 120.0
 PTXAS_FLAGS: tuple[str, ...] = ("-v",)
 EVIDENCE_SOURCE_CHARS = 200
+# A broken 4 MB module can make ptxas print an error per line: the verdict
+# reads every message, the stored report keeps the head and the tail.
+MAX_LOG_CHARS = 64 << 10
+MAX_MESSAGES = 200
 
 # The classifier and this stage's own code are part of the cache key, so a
 # change to either never serves a verdict that the new code would not give.
@@ -234,11 +238,25 @@ def assemble(
 
     with tempfile.TemporaryDirectory(prefix="ptxbench-asm-") as tmp:
         result = _assemble_uncached(text, language, arch, Path(tmp), timeout, versions)
+    _trim(result)
     result.seconds["total"] = time.perf_counter() - started
     if cache is not None and not result.timed_out:
         blobs = {"cubin": result.cubin} if result.cubin is not None else {}
         cache.put(key, result.to_dict(), blobs)
     return result
+
+
+def _trim(result: AssembleResult) -> None:
+    if len(result.log) > MAX_LOG_CHARS:
+        half = MAX_LOG_CHARS // 2
+        cut = len(result.log) - 2 * half
+        result.log = f"{result.log[:half]}\n[... {cut} characters of tool output left out ...]\n{result.log[-half:]}"
+    for name in ("errors", "warnings"):
+        msgs: list[Message] = getattr(result, name)
+        if len(msgs) > MAX_MESSAGES:
+            left = len(msgs) - MAX_MESSAGES
+            setattr(result, name, msgs[:MAX_MESSAGES] + [
+                Message(tool="ptxbench", severity="info", text=f"{left} more {name} left out")])
 
 
 def _assemble_uncached(text: str, language: str, arch: str, tmp: Path, timeout: float,

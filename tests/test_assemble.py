@@ -288,3 +288,13 @@ def test_concurrent_processes_share_one_cache(tmp_path):
     assert len(reports) == 1
     assert json.loads(reports[0].read_text())["category"] == "ok"
     assert _assemble_into((directory, ptx))[1] is True
+
+
+def test_a_flood_of_errors_is_trimmed_but_judged():
+    body = "".join(f"\tmovv.b32 \t%r1, %r{i % 3};\n" for i in range(3000))
+    ptx = f".version 8.5\n.target sm_90a\n.address_size 64\n.visible .entry k()\n{{\n\t.reg .b32 %r<3>;\n{body}\tret;\n}}\n"
+    result = assemble(ptx, "ptx", "sm_90a")
+    assert result.category == "unknown_instruction"
+    assert result.evidence_line == 7
+    assert len(result.errors) == 201 and "more errors left out" in result.errors[-1].text
+    assert len(result.log) < 70_000 and "left out" in result.log
