@@ -298,3 +298,17 @@ def test_a_flood_of_errors_is_trimmed_but_judged():
     assert result.evidence_line == 7
     assert len(result.errors) == 201 and "more errors left out" in result.errors[-1].text
     assert len(result.log) < 70_000 and "left out" in result.log
+
+
+def test_cuda_headers_come_from_the_wheels(cache):
+    # <cuda_bf16.h> pulls in CCCL's <nv/target>: the nvidia-cuda-cccl wheel must be beside nvcc.
+    code = (
+        "#include <cuda_bf16.h>\n"
+        'extern "C" __global__ void scale(__nv_bfloat16* x, float s, int n) {\n'
+        "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "  if (i < n) x[i] = __float2bfloat16(__bfloat162float(x[i]) * s);\n"
+        "}\n"
+    )
+    result = assemble(code, "cuda", "sm_90a", cache=cache)
+    assert result.ok, result.log
+    assert "cvt.rn.bf16.f32" in result.ptx
