@@ -26,21 +26,34 @@ class Record:
 
 
 def _dump(value: Any) -> str:
+    if not value and isinstance(value, (list, dict)):
+        return "[]" if isinstance(value, list) else "{}"  # most JSON columns are empty; skip the encoder
     return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _names(cls: type) -> tuple[str, ...]:
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls))
+    return names
 
 
 def to_row(record: Record) -> dict[str, Any]:
     """Column → SQLite value. `id` is left out while it is None (the store assigns it)."""
     row: dict[str, Any] = {}
-    for f in fields(record):  # type: ignore[arg-type]
-        value = getattr(record, f.name)
-        if f.name == "id" and value is None:
+    json_fields, bool_fields = record.JSON_FIELDS, record.BOOL_FIELDS
+    for name in _names(type(record)):
+        value = getattr(record, name)
+        if name == "id" and value is None:
             continue
-        if f.name in record.JSON_FIELDS:
+        if name in json_fields:
             value = None if value is None else _dump(value)
-        elif f.name in record.BOOL_FIELDS:
+        elif name in bool_fields:
             value = None if value is None else int(bool(value))
-        row[f.name] = value
+        row[name] = value
     return row
 
 

@@ -9,8 +9,9 @@ Rules the functions keep:
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 
 import sqlite_utils
@@ -216,3 +217,48 @@ def add_label(db: sqlite_utils.Database, label: Label) -> Label:
     with write_transaction(db):
         _require(_exists(db, "samples", label.sample_id), f"label: no sample with id {label.sample_id}")
         return replace(label, id=_insert(db, label))
+
+
+def insert_many(db: sqlite_utils.Database, records: Sequence[Record]) -> int:
+    """Bulk insert of records of one type with `executemany`, inside the caller's
+    transaction or a new one. Ids given are kept (so a bulk writer can link parents
+    and children without reading back); the checks of the single-record functions
+    are not repeated here, only the schema's. Returns the number of rows."""
+    if not records:
+        return 0
+    kinds = {type(r) for r in records}
+    _require(len(kinds) == 1, f"insert_many takes records of one type, got {sorted(k.__name__ for k in kinds)}")
+    with_ids = {r.id is not None for r in records}  # type: ignore[attr-defined]
+    _require(len(with_ids) == 1, "insert_many: give an id to every record or to none")
+    first = to_row(records[0])
+    cols = list(first)
+    sql = f"INSERT INTO {records[0].TABLE} ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})"
+    with write_transaction(db):
+        try:
+            db.conn.executemany(sql, ([row[c] for c in cols] for row in map(to_row, records)))
+        except sqlite3.IntegrityError as exc:
+            raise InvalidRecord(f"cannot add to {records[0].TABLE}: {exc}") from None
+    return len(records)
+
+
+# The insert triggers that feed the full-text indexes, and the indexes they feed.
+_FTS_INSERT_TRIGGERS = ("samples_ai", "evaluations_ai")
+_FTS_TABLES = ("samples_fts", "evaluations_fts")
+
+
+@contextlib.contextmanager
+def bulk_load(db: sqlite_utils.Database) -> Iterator[sqlite_utils.Database]:
+    """One transaction for loading many rows: the full-text indexes are rebuilt
+    once at the end instead of row by row (several times faster for 10⁵ rows).
+    Other writers wait; readers keep seeing the store as it was until the commit."""
+    with write_transaction(db):
+        saved = db.execute(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND name IN (?, ?)", list(_FTS_INSERT_TRIGGERS)
+        ).fetchall()
+        for name, _ in saved:
+            db.execute(f"DROP TRIGGER {name}")
+        yield db
+        for table in _FTS_TABLES:
+            db.execute(f"INSERT INTO {table} ({table}) VALUES ('rebuild')")
+        for _, sql in saved:
+            db.execute(sql)

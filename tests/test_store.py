@@ -328,3 +328,55 @@ def test_second_writer_gives_a_clear_locked_error(tmp_path, db):
     finally:
         db.conn.execute("ROLLBACK")
     _sample(other)  # and works once the lock is gone
+
+
+def test_bulk_load_indexes_once_and_restores_the_triggers(db):
+    from ptxbench.db.writes import bulk_load, insert_many
+
+    rows = [Sample(task_id="gemm_bf16_sm90a", language="ptx", source="bulk", code=f"// bulk {i} stmatrix",
+                   content_hash=content_hash(f"// bulk {i} stmatrix", None), created_at="2026-11-29", id=100 + i)
+            for i in range(50)]
+    with bulk_load(db):
+        insert_many(db, rows)
+        insert_many(db, [Evaluation(sample_id=100, engine_version="v", status="static", category="syntax",
+                                    source="bulk", assembler_log="ptxas: bulk log", id=500)])
+    assert len(search_samples(db, "stmatrix", limit=100)) == 50
+    assert [s.id for s in search_samples(db, "bulk log")] == [100]
+    triggers = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
+    assert {"samples_ai", "evaluations_ai"} <= triggers
+    later = _sample(db, code="// after the bulk load ldmatrix")
+    assert [s.id for s in search_samples(db, "ldmatrix")] == [later.id]
+
+    # A failed bulk load leaves nothing behind, triggers included.
+    with pytest.raises(InvalidRecord):
+        with bulk_load(db):
+            insert_many(db, [Sample(task_id="gemm_bf16_sm90a", language="ptx", source="x", content_hash="h",
+                                    created_at="t", id=later.id)])  # the id is taken
+    assert {"samples_ai", "evaluations_ai"} <= {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
+    with pytest.raises(InvalidRecord, match="one type"):
+        insert_many(db, [rows[0], Label(sample_id=1, author="a")])
+
+
+def test_big_store_generator_labels_everything_synthetic(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    from ptxbench.db.metrics import compute_metrics
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "make_big_store.py"
+    spec = importlib.util.spec_from_file_location("make_big_store", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    path = tmp_path / "big.sqlite"
+    assert module.main([str(path), "-n", "400"]) == 0
+    db = open_store(path, readonly=True)
+    assert db.execute("SELECT COUNT(*) FROM samples WHERE source = ?", [module.SOURCE]).fetchone()[0] == 400
+    assert db.execute("SELECT COUNT(*) FROM samples WHERE source != ? AND source != 'expert'", [module.SOURCE]).fetchone()[0] == 0
+    assert {r[0] for r in db.execute("SELECT DISTINCT kind FROM models WHERE name LIKE 'synthetic-%'")} == {"synthetic"}
+    assert {r[0] for r in db.execute("SELECT DISTINCT source FROM evaluations")} == {module.SOURCE}
+    assert "not model output" in db.execute("SELECT value FROM meta WHERE key = 'synthetic'").fetchone()[0]
+    assert search_samples(db, "synthetic benchmark fixture", limit=5)
+    rows = compute_metrics(db, group_by=("model",))
+    assert [r.model for r in rows] == ["synthetic-a", "synthetic-b", "synthetic-c"]
+    assert all(0 <= r.correct_rate <= 1 for r in rows)
+    assert module.main([str(path), "-n", "10"]) == 2  # refuses to replace without --force
