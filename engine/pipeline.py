@@ -239,6 +239,8 @@ def _run_plans(runner: Runner, task: TaskSpec, cubin: bytes, plans: list[SizePla
         note("run", "begin", None)
         result = runner.judge(job, on_event=_phase_notes(note))
         done = {r.index for r in result.sizes}
+        if result.cache:
+            out.evidence["reference_cache"] = result.cache
         results += [_measurement(r) for r in result.sizes]
         fatal = result.fatal
         if fatal is None:

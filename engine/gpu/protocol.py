@@ -243,6 +243,7 @@ class JobResult:
     sizes: list[SizeResult] = field(default_factory=list)
     fatal: Fatal | None = None
     worker_s: float = 0.0
+    cache: dict[str, int] = field(default_factory=dict)   # the worker's reference cache: hits, misses (cumulative)
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> JobResult:
@@ -251,6 +252,7 @@ class JobResult:
             sizes=[SizeResult.from_json(s) for s in d.get("sizes", [])],
             fatal=Fatal(**fatal) if fatal else None,
             worker_s=float(d.get("worker_s", 0.0)),
+            cache=dict(d.get("cache") or {}),
         )
 
 

@@ -104,6 +104,7 @@ class Session:
         finally:
             module.close()
         result.worker_s = time.perf_counter() - started
+        result.cache = {"hits": self.cache.hits, "misses": self.cache.misses}
         return result
 
     def _all_sizes_fail(self, job: Job, result: JobResult, category: str, message: str, started: float,

@@ -160,4 +160,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    if code == 3:
+        # After a sticky CUDA error, interpreter teardown can block in the driver: leave at once.
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
