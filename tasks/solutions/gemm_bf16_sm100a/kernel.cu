@@ -263,6 +263,9 @@ gemm_bf16_tn_sm100(const __grid_constant__ TmaDesc tm_a, const __grid_constant__
         }
     }
 
+    // Lanes of warps 0 and 1 took different paths above; reconverge them
+    // before the block-wide barrier that precedes the deallocation.
+    __syncwarp();
     tc_fence_before();
     __syncthreads();
     if (warp == 1) {
