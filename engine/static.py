@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ptxbench.engine.assemble import PTXAS_ARCHES, AssembleResult, assemble, ptx_header
 from ptxbench.engine.cache import Cache
 from ptxbench.engine.candidate import Candidate
-from ptxbench.engine.categories import OK, STAGE_OF
+from ptxbench.engine.categories import OK
 from ptxbench.engine.extract import ExtractResult, load_candidate_file
 from ptxbench.engine.inspect import FamilyRow, inspect
 from ptxbench.engine.toolchain import tool_versions
@@ -211,8 +211,3 @@ def judge_static(
     verdict.tool_versions.update(tool_versions(("cuobjdump", "nvdisasm")))
     verdict.seconds = {**seconds, "total": time.perf_counter() - started}
     return verdict
-
-
-def stage_of(category: str) -> str:
-    """The stage a category belongs to ("ok" → "inspect", the last static stage)."""
-    return STAGE_OF.get(category, "inspect")
