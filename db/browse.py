@@ -681,7 +681,7 @@ def sample_detail(conn: sqlite3.Connection, sample_id: int) -> SampleDetail | No
 
 
 def fix_partner(conn: sqlite3.Connection, sample_id: int) -> int | None:
-    """The sample to diff against: its fix, or the sample it fixes, or the turn it follows."""
+    """The sample to diff against: its fix (or the sample it fixes), else the turn it follows, else the turn that follows it."""
     row = conn.execute(
         """SELECT CASE WHEN failed_sample_id = ? THEN fixed_sample_id ELSE failed_sample_id END
            FROM fixes WHERE failed_sample_id = ? OR fixed_sample_id = ? ORDER BY id LIMIT 1""",
@@ -690,7 +690,10 @@ def fix_partner(conn: sqlite3.Connection, sample_id: int) -> int | None:
     if row:
         return row[0]
     row = conn.execute("SELECT parent_id FROM samples WHERE id = ?", (sample_id,)).fetchone()
-    return row[0] if row and row[0] else None
+    if row and row[0]:
+        return row[0]
+    row = conn.execute("SELECT id FROM samples WHERE parent_id = ? ORDER BY id LIMIT 1", (sample_id,)).fetchone()
+    return row[0] if row else None
 
 
 # --------------------------------------------------------------------------- triage

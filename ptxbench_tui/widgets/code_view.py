@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Iterator
-from typing import Iterable
+from collections.abc import Callable, Iterator
 
 from pygments.lexer import Lexer
 from rich.style import Style
@@ -144,19 +143,33 @@ class CodeView(TextArea):
         self._highlighter = LazyHighlighter(text, self.LEXER(stripnl=False, ensurenl=False))
         self._text_cache: dict[int, Text] = {}
         self._styles: dict[str, Style] | None = None
-        self.marked_lines: set[int] = set()
         self.evidence_lines: set[int] = set()
-        self.marked_words: frozenset[str] = frozenset()
+        self.marker: Callable[[str], bool] | None = None
 
     # -- content -----------------------------------------------------------
-    def show(self, text: str, *, marked_words: Iterable[str] = ()) -> None:
-        """Replace the text (a new highlighter, empty caches)."""
+    def show(self, text: str, *, marker: Callable[[str], bool] | None = None) -> None:
+        """Replace the text (a new highlighter, empty caches). `marker` picks
+        the lines to shade (for example the requested families' instructions)."""
         self._highlighter = LazyHighlighter(text, self.LEXER(stripnl=False, ensurenl=False))
         self._text_cache.clear()
-        self.marked_words = frozenset(marked_words)
-        self.marked_lines = set()
+        self.marker = marker
         self.evidence_lines = set()
         self.load_text(text)
+
+    def marked_lines(self) -> list[int]:
+        if self.marker is None:
+            return []
+        return [i for i in range(self.document.line_count) if self.marker(self.document.get_line(i))]
+
+    def next_mark(self) -> int | None:
+        """Move the cursor to the next marked line (wrapping); its index, or None."""
+        marks = self.marked_lines()
+        if not marks:
+            return None
+        row = self.cursor_location[0]
+        target = next((m for m in marks if m > row), marks[0])
+        self.move_cursor((target, 0), center=True)
+        return target
 
     def mark_evidence(self, line_index: int) -> None:
         """Shade a line a message points at and put the cursor on it."""
@@ -195,14 +208,12 @@ class CodeView(TextArea):
             line = self.document.get_line(index)
             text = Text(line, end="", no_wrap=True)
             styles = self.styles_by_role
+            if self.marker is not None and self.marker(line):
+                text.stylize(styles["marked"], 0, len(line))
             for start, end, role in self._highlighter.spans(index):
                 style = styles.get(role)
-                if role in ("opcode", "family") and line[start:end].upper() in self.marked_words:
-                    text.stylize(styles["marked"], start, end)
                 if style:
                     text.stylize(style, start, end)
-            if self.marked_words and role_marks(line, self.marked_words):
-                text.stylize(styles["marked"], 0, len(line))
             if index in self.evidence_lines:
                 text.stylize(styles["evidence"], 0, len(line))
             self._text_cache[index] = text
@@ -211,18 +222,6 @@ class CodeView(TextArea):
 
     def get_line(self, line_index: int) -> Text:
         return self.styled_line(line_index)
-
-
-def role_marks(line: str, marked: frozenset[str]) -> bool:
-    """Does a SASS line's opcode start with one of the marked opcodes?"""
-    match = _SASS_OPCODE.search(line)
-    if not match:
-        return False
-    opcode = match.group(1)
-    return any(opcode == m or opcode.startswith(m + ".") for m in marked)
-
-
-_SASS_OPCODE = re.compile(r"\*/\s+(?:@!?U?P[0-7T]\s+)?([A-Z][A-Z0-9_.]*)")
 
 
 class PtxView(CodeView):

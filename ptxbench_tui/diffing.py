@@ -1,0 +1,155 @@
+"""Diffs of two kernels (or their SASS, assembler logs, evidence), noise first.
+
+Pure functions, run in a worker thread: the event loop never waits on difflib.
+Before comparing, lines can be cleaned the way Compiler Explorer does it:
+debug directives (`.loc`, `.file`) and comment lines dropped, SASS addresses
+and encodings dropped, registers renumbered in order of first use (so a
+kernel that only renamed `%r12` to `%r7` diffs as equal), whitespace ignored.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from dataclasses import dataclass, field
+
+from ptxbench.db.browse import SampleDetail
+
+TARGETS = ("ptx", "sass", "log", "evidence")
+TARGET_NAMES = {"ptx": "PTX", "sass": "SASS", "log": "assembler log", "evidence": "evidence"}
+
+
+@dataclass(frozen=True)
+class DiffOptions:
+    target: str = "ptx"
+    noise: bool = True  # drop .loc/.file/comment lines, SASS addresses and encodings, timings
+    registers: bool = False  # renumber registers in order of first use
+    whitespace: bool = True  # ignore whitespace differences
+    context: int = 3  # lines of context around changes; -1 shows everything
+
+
+@dataclass(frozen=True)
+class DiffRow:
+    kind: str  # equal | delete | insert | replace | skip
+    left_no: int | None = None
+    left: str = ""
+    right_no: int | None = None
+    right: str = ""
+
+
+@dataclass
+class DiffResult:
+    rows: list[DiffRow] = field(default_factory=list)
+    added: int = 0
+    removed: int = 0
+    changed: int = 0
+
+    @property
+    def stats(self) -> str:
+        if not (self.added or self.removed or self.changed):
+            return "identical after filtering"
+        return f"+{self.added} −{self.removed} ~{self.changed}"
+
+
+def text_of(detail: SampleDetail, target: str) -> str:
+    latest = detail.latest
+    if target == "ptx":
+        return detail.ptx
+    if target == "sass":
+        return (latest.sass if latest else None) or ""
+    if target == "log":
+        return (latest.assembler_log if latest else None) or ""
+    if target == "evidence":
+        if not latest:
+            return ""
+        body = {"category": latest.category, "status": latest.status, "evidence": latest.evidence,
+                "required_missing": latest.required_missing, "warnings": latest.warnings}
+        return json.dumps(body, indent=2, sort_keys=True, default=str)
+    raise ValueError(f"unknown diff target {target!r}")
+
+
+_PTX_NOISE = re.compile(r"^\s*(?:\.loc\b|\.file\b|//|$)")
+_SASS_ENCODING = re.compile(r"^\s*/\* 0x[0-9a-f]+ \*/\s*$")
+_SASS_ADDRESS = re.compile(r"/\*[0-9a-f]{4,}\*/\s*")
+_SASS_TRAILING_ENCODING = re.compile(r"\s*/\* 0x[0-9a-f]+ \*/\s*$")
+_LOG_NOISE = re.compile(r"Compile time = |^\s*$")
+_PTX_REGISTER = re.compile(r"%([a-z]+)(\d+)\b")
+_SASS_REGISTER = re.compile(r"\b(U?R|U?P)(\d+)\b")
+
+
+def clean_lines(text: str, opts: DiffOptions) -> list[tuple[int, str]]:
+    """(1-based line number, shown text) of the lines kept."""
+    out: list[tuple[int, str]] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if opts.noise:
+            if opts.target == "ptx" and _PTX_NOISE.match(line):
+                continue
+            if opts.target == "sass":
+                if _SASS_ENCODING.match(line) or not line.strip():
+                    continue
+                line = _SASS_TRAILING_ENCODING.sub("", _SASS_ADDRESS.sub("", line))
+            if opts.target == "log" and _LOG_NOISE.search(line):
+                continue
+        out.append((number, line))
+    if opts.registers:
+        out = renumber_registers(out, _SASS_REGISTER if opts.target == "sass" else _PTX_REGISTER)
+    return out
+
+
+def renumber_registers(lines: list[tuple[int, str]], pattern: re.Pattern[str]) -> list[tuple[int, str]]:
+    """Rename registers of each class in order of first use: %r12, %r7 → %r1, %r2."""
+    names: dict[str, dict[str, int]] = {}
+
+    def rename(m: re.Match[str]) -> str:
+        cls, num = m.group(1), m.group(2)
+        table = names.setdefault(cls, {})
+        if num not in table:
+            table[num] = len(table) + 1
+        prefix = "%" if pattern is _PTX_REGISTER else ""
+        return f"{prefix}{cls}{table[num]}"
+
+    # Declarations like `.reg .b32 %r<16>;` carry no number and are left alone.
+    return [(n, pattern.sub(rename, line)) for n, line in lines]
+
+
+def _key(line: str, opts: DiffOptions) -> str:
+    return " ".join(line.split()) if opts.whitespace else line
+
+
+def diff(left_text: str, right_text: str, opts: DiffOptions = DiffOptions()) -> DiffResult:
+    left = clean_lines(left_text, opts)
+    right = clean_lines(right_text, opts)
+    matcher = difflib.SequenceMatcher(None, [_key(t, opts) for _, t in left], [_key(t, opts) for _, t in right], autojunk=False)
+    result = DiffResult()
+    if opts.context < 0:
+        groups = [matcher.get_opcodes()]
+    else:
+        groups = list(matcher.get_grouped_opcodes(opts.context))
+    for gi, group in enumerate(groups):
+        if gi:
+            result.rows.append(DiffRow("skip"))
+        for tag, i1, i2, j1, j2 in group:
+            if tag == "equal":
+                for a, b in zip(range(i1, i2), range(j1, j2)):
+                    result.rows.append(DiffRow("equal", left[a][0], left[a][1], right[b][0], right[b][1]))
+            elif tag == "delete":
+                result.removed += i2 - i1
+                for a in range(i1, i2):
+                    result.rows.append(DiffRow("delete", left[a][0], left[a][1]))
+            elif tag == "insert":
+                result.added += j2 - j1
+                for b in range(j1, j2):
+                    result.rows.append(DiffRow("insert", right_no=right[b][0], right=right[b][1]))
+            else:  # replace: pair lines up, the longer side's rest stands alone
+                n = max(i2 - i1, j2 - j1)
+                result.changed += min(i2 - i1, j2 - j1)
+                result.removed += max(0, (i2 - i1) - (j2 - j1))
+                result.added += max(0, (j2 - j1) - (i2 - i1))
+                for k in range(n):
+                    a, b = i1 + k, j1 + k
+                    la = left[a] if a < i2 else (None, "")
+                    rb = right[b] if b < j2 else (None, "")
+                    kind = "replace" if a < i2 and b < j2 else ("delete" if a < i2 else "insert")
+                    result.rows.append(DiffRow(kind, la[0], la[1], rb[0], rb[1]))
+    return result

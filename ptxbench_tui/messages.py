@@ -1,0 +1,155 @@
+"""Messages between workers, screens and the app.
+
+Workers only post these; the handlers own the state. Results carry the
+request number they answer, so a late answer to an old filter is dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from textual.message import Message
+
+from ptxbench.db import browse
+
+
+# -- store data ---------------------------------------------------------------------
+
+
+@dataclass
+class CellsLoaded(Message):
+    cells: list[browse.Cell]
+    facets: browse.Facets
+
+
+@dataclass
+class StoreFailed(Message):
+    """A read failed (corrupt, locked, vanished store): say so, keep running."""
+
+    error: str
+
+
+@dataclass
+class PageLoaded(Message):
+    request: int
+    page: browse.Page
+
+
+@dataclass
+class CountLoaded(Message):
+    request: int
+    count: int
+
+
+@dataclass
+class DetailLoaded(Message):
+    detail: browse.SampleDetail | None
+
+
+@dataclass
+class TasksLoaded(Message):
+    tasks: list[browse.TaskRow]
+
+
+@dataclass
+class TaskDetailLoaded(Message):
+    task: browse.TaskRow
+    expert_code: str
+    expert_sample: int | None
+    prompt: str
+
+
+@dataclass
+class CompareLoaded(Message):
+    task_id: str
+    rows: list[browse.ModelBest]
+    codes: dict[int, str]
+    families: list[str]
+
+
+@dataclass
+class PlotsLoaded(Message):
+    data: browse.PlotData
+
+
+@dataclass
+class MetricsLoaded(Message):
+    rows: list[Any]  # db.metrics.MetricsRow
+
+
+@dataclass
+class DiffReady(Message):
+    request: int
+    left_title: str
+    right_title: str
+    rows: list[Any]  # diffing.DiffRow
+    stats: str
+    right: int  # the right-hand sample (resolved when it was "the fix partner")
+    details: dict[int, Any]  # sample id → browse.SampleDetail, kept for the next diff
+
+
+@dataclass
+class LabelSaved(Message):
+    sample_id: int
+    what: str
+
+
+# -- navigation ---------------------------------------------------------------------
+
+
+@dataclass
+class ShowSamples(Message):
+    """Switch to the samples view with this filter."""
+
+    filter: browse.SampleFilter
+
+
+@dataclass
+class ShowSample(Message):
+    sample_id: int
+
+
+@dataclass
+class ShowDiff(Message):
+    left: int
+    right: int | None  # None: the fix partner of `left`
+
+
+@dataclass
+class Reverify(Message):
+    sample_ids: list[int]
+
+
+# -- the engine process -------------------------------------------------------------
+
+
+@dataclass
+class EngineEvent(Message):
+    """One line of `ptxbench eval --json-progress` (docs/eval-progress.md)."""
+
+    event: dict[str, Any]
+
+    @property
+    def kind(self) -> str:
+        return str(self.event.get("event", ""))
+
+
+@dataclass
+class EngineProgress(Message):
+    """Coalesced progress: only the newest matters."""
+
+    done: int
+    total: int
+    stage: str
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, EngineProgress)
+
+
+@dataclass
+class EngineExited(Message):
+    returncode: int | None
+    saw_done: bool
+    stderr_tail: str
+    cancelled: bool

@@ -1,0 +1,41 @@
+"""What every top-level view shares: the view bar, the footer, store reloads."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, cast
+
+from textual.app import ComposeResult
+from textual.screen import Screen
+from textual.widgets import Footer
+
+from ptxbench.tui.widgets.common import ModeBar
+
+if TYPE_CHECKING:
+    from ptxbench.tui.app import PtxbenchApp
+
+
+class ViewScreen(Screen):
+    MODE = ""
+
+    @property
+    def ptx(self) -> "PtxbenchApp":
+        return cast("PtxbenchApp", self.app)
+
+    def compose(self) -> ComposeResult:
+        yield ModeBar(self.MODE)
+        yield from self.compose_body()
+        yield Footer()
+
+    def compose_body(self) -> ComposeResult:
+        yield from ()
+
+    def on_mount(self) -> None:
+        self.watch(self.app, "data_version", self._data_changed, init=False)
+        if self.ptx.cells is not None:
+            self.call_after_refresh(self.refresh_data)
+
+    def _data_changed(self, _version: int) -> None:
+        self.refresh_data()
+
+    def refresh_data(self) -> None:
+        """The store's data changed (or was loaded): redraw from it."""

@@ -1,0 +1,134 @@
+"""Dialogs: relabel a sample, pick a sample id, help."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.markup import escape
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Button, Checkbox, Footer, Input, Label, Select, Static
+
+from ptxbench.engine.categories import CATEGORIES, DESCRIPTIONS, OK
+from ptxbench.tui import keys
+from ptxbench.tui.keys import KEY_NAMES
+
+
+@dataclass(frozen=True)
+class LabelChoice:
+    category: str | None  # None: keep the automatic category, add a note only
+    note: str
+    fixit: bool
+
+
+class LabelDialog(ModalScreen[LabelChoice | None]):
+    BINDINGS = keys.bindings("dialog")
+
+    def __init__(self, sample_id: int, automatic: str | None, current: LabelChoice | None) -> None:
+        super().__init__()
+        self.sample_id = sample_id
+        self.automatic = automatic
+        self.current = current
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="label-dialog", classes="dialog"):
+            yield Label(f"[b]Label sample {self.sample_id}[/b]")
+            yield Static(
+                f"automatic category: [b]{escape(self.automatic or 'never evaluated')}[/b] — it stays; your label sits beside it.",
+                classes="dim",
+            )
+            options = [(f"{c} — {DESCRIPTIONS.get(c, 'passes')}", c) for c in (OK, *CATEGORIES)]
+            value = self.current.category if self.current and self.current.category else Select.NULL
+            yield Select(options, prompt="category (blank: keep the automatic one)", id="label-category", value=value)
+            yield Input(value=self.current.note if self.current else "", placeholder="note: what is really wrong", id="label-note")
+            yield Checkbox("Fixit candidate", value=bool(self.current and self.current.fixit), id="label-fixit")
+            with Horizontal(classes="buttons"):
+                yield Button("Save", variant="primary", id="label-save")
+                yield Button("Cancel", id="label-cancel")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#label-note", Input).focus()
+
+    def choice(self) -> LabelChoice:
+        value = self.query_one("#label-category", Select).value
+        return LabelChoice(
+            category=value if isinstance(value, str) else None,
+            note=self.query_one("#label-note", Input).value.strip(),
+            fixit=self.query_one("#label-fixit", Checkbox).value,
+        )
+
+    def action_save(self) -> None:
+        self.dismiss(self.choice())
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+    @on(Button.Pressed, "#label-save")
+    def _save(self) -> None:
+        self.action_save()
+
+    @on(Button.Pressed, "#label-cancel")
+    def _cancel(self) -> None:
+        self.action_cancel()
+
+    @on(Input.Submitted, "#label-note")
+    def _submitted(self) -> None:
+        self.action_save()
+
+
+class PickSampleDialog(ModalScreen[int | None]):
+    BINDINGS = keys.bindings("dialog")
+
+    def __init__(self, prompt: str) -> None:
+        super().__init__()
+        self.prompt = prompt
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="pick-dialog", classes="dialog"):
+            yield Label(self.prompt)
+            yield Input(placeholder="sample id", type="integer", id="pick-id")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(Input).focus()
+
+    def action_save(self) -> None:
+        text = self.query_one(Input).value.strip()
+        self.dismiss(int(text) if text.isdigit() else None)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+    @on(Input.Submitted)
+    def _submitted(self) -> None:
+        self.action_save()
+
+
+class HelpScreen(ModalScreen[None]):
+    """The keys of the view underneath: the same bindings the footer and the palette show."""
+
+    BINDINGS = keys.bindings("dialog")[:1]
+
+    def __init__(self, under: Screen) -> None:
+        super().__init__()
+        self.under = under
+
+    def compose(self) -> ComposeResult:
+        rows = []
+        for key, active in sorted(self.under.active_bindings.items(), key=lambda kv: kv[1].binding.description):
+            b = active.binding
+            if not b.description:
+                continue
+            shown = KEY_NAMES.get(key, key)
+            rows.append(f"[b]{escape(shown):>8}[/b]  {escape(b.description):<16} [dim]{escape(b.tooltip)}[/]")
+        body = "\n".join(rows)
+        with VerticalScroll(id="help-dialog", classes="dialog"):
+            yield Label("[b]Keys here[/b]  (ctrl+p: command palette · esc: close)")
+            yield Static(body, id="help-body")
+        yield Footer()
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

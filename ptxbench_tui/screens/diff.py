@@ -1,0 +1,146 @@
+"""Diff two samples: a failed kernel beside its fix, or any two."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from rich.markup import escape
+from textual import work
+from textual.app import ComposeResult
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+from ptxbench.db import browse
+from ptxbench.tui import keys
+from ptxbench.tui.diffing import TARGET_NAMES, TARGETS, DiffOptions, diff, text_of
+from ptxbench.tui.messages import DiffReady, StoreFailed
+from ptxbench.tui.widgets.diff_view import DiffView
+
+CONTEXT_STEPS = (0, 1, 3, 8, 20, -1)
+
+
+class DiffScreen(Screen):
+    BINDINGS = keys.bindings("diff")
+
+    def __init__(self, left: int, right: int | None = None) -> None:
+        super().__init__()
+        self.left = left
+        self.right = right
+        self.options = DiffOptions()
+        self.request = 0
+        self.result_stats = ""
+        self.titles = ("", "")
+        self._details: dict[int, browse.SampleDetail] = {}
+
+    def compose(self) -> ComposeResult:
+        yield Static("Diff — loading…", id="diff-head", classes="head")
+        yield DiffView(id="diff-view")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(DiffView).focus()
+        self.recompute()
+
+    def recompute(self) -> None:
+        self.request += 1
+        self.compute(self.request, self.left, self.right, self.options)
+
+    @work(thread=True, exclusive=True, group="diff", exit_on_error=False, description="difflib")
+    def compute(self, request: int, left: int, right: int | None, opts: DiffOptions) -> None:
+        cache = dict(self._details)
+        try:
+            conn = browse.connect(self.app.db_path)  # type: ignore[attr-defined]
+            if right is None:
+                right = browse.fix_partner(conn, left)
+                if right is None:
+                    self.post_message(StoreFailed(f"sample {left} has no fix and follows no turn: press o to pick a sample to diff with"))
+                    return
+            details = []
+            for sid in (left, right):
+                detail = cache.get(sid) or browse.sample_detail(conn, sid)
+                if detail is None:
+                    self.post_message(StoreFailed(f"no sample {sid} in this store"))
+                    return
+                cache[sid] = detail
+                details.append(detail)
+            result = diff(text_of(details[0], opts.target), text_of(details[1], opts.target), opts)
+        except Exception as exc:  # noqa: BLE001
+            self.post_message(StoreFailed(f"diff: {exc}"))
+            return
+        titles = [f"#{d.id} {d.model} · {d.latest.category if d.latest else 'never evaluated'}" for d in details]
+        self.post_message(DiffReady(request, titles[0], titles[1], result.rows, result.stats, right, cache))
+
+    def on_diff_ready(self, message: DiffReady) -> None:
+        if message.request != self.request:
+            return
+        self.right = message.right
+        self._details = message.details
+        self.titles = (message.left_title, message.right_title)
+        self.result_stats = message.stats
+        view = self.query_one(DiffView)
+        view.show(message.rows)
+        self._head()
+
+    def _head(self) -> None:
+        o = self.options
+        context = "all" if o.context < 0 else str(o.context)
+        flags = [
+            "side by side" if self.query_one(DiffView).split else "unified",
+            "noise hidden" if o.noise else "noise shown",
+            "registers renumbered" if o.registers else "registers as written",
+            "whitespace ignored" if o.whitespace else "whitespace counts",
+            f"context {context}",
+        ]
+        self.query_one("#diff-head", Static).update(
+            f"[b]{TARGET_NAMES[o.target]}[/b]  {escape(self.titles[0])}  ⟷  {escape(self.titles[1])}   "
+            f"[b]{escape(self.result_stats)}[/b]\n[dim]{' · '.join(flags)}[/]"
+        )
+
+    def _set(self, **changes) -> None:  # noqa: ANN003
+        self.options = replace(self.options, **changes)
+        self.recompute()
+
+    # -- actions ---------------------------------------------------------------------
+    def action_back(self) -> None:
+        self.dismiss()
+
+    def action_toggle_split(self) -> None:
+        view = self.query_one(DiffView)
+        view.split = not view.split
+        self._head()
+
+    def action_cycle_target(self) -> None:
+        self._set(target=TARGETS[(TARGETS.index(self.options.target) + 1) % len(TARGETS)])
+
+    def action_toggle_noise(self) -> None:
+        self._set(noise=not self.options.noise)
+
+    def action_toggle_registers(self) -> None:
+        self._set(registers=not self.options.registers)
+
+    def action_toggle_whitespace(self) -> None:
+        self._set(whitespace=not self.options.whitespace)
+
+    def action_less_context(self) -> None:
+        i = CONTEXT_STEPS.index(self.options.context) if self.options.context in CONTEXT_STEPS else 2
+        self._set(context=CONTEXT_STEPS[max(0, i - 1)])
+
+    def action_more_context(self) -> None:
+        i = CONTEXT_STEPS.index(self.options.context) if self.options.context in CONTEXT_STEPS else 2
+        self._set(context=CONTEXT_STEPS[min(len(CONTEXT_STEPS) - 1, i + 1)])
+
+    def action_swap(self) -> None:
+        if self.right is None:
+            return
+        self.left, self.right = self.right, self.left
+        self.recompute()
+
+    def action_pick_other(self) -> None:
+        from ptxbench.tui.screens.dialogs import PickSampleDialog
+
+        def chosen(sample_id: int | None) -> None:
+            if sample_id is not None:
+                self.right = sample_id
+                self.recompute()
+
+        self.app.push_screen(PickSampleDialog(f"Diff sample {self.left} with sample id:"), chosen)

@@ -1,0 +1,245 @@
+"""Live (6): re-verify and re-time samples by running the engine as a
+separate process and following its JSON-lines progress.
+
+The engine (`ptxbench eval … --json-progress`) appends the new evaluations to
+the store itself; this view shows its progress, its log and its results,
+can cancel it (SIGTERM), and reloads the store when it ends. Without a GPU
+the engine runs the static stages only, and this view says so.
+"""
+
+from __future__ import annotations
+
+import time
+
+from rich.markup import escape
+from textual import work
+from textual.app import ComposeResult
+from textual.containers import Horizontal
+from textual.reactive import reactive
+from textual.widgets import DataTable, ProgressBar, RichLog, Static
+
+from ptxbench.tui import keys
+from ptxbench.tui.engine_process import EngineProcess, GpuLock, engine_command, gpu_lock_path
+from ptxbench.tui.messages import EngineEvent, EngineExited, EngineProgress, ShowSample
+from ptxbench.tui.screens.base import ViewScreen
+from ptxbench.tui.widgets.common import num, speed
+
+
+class LiveScreen(ViewScreen):
+    MODE = "live"
+    BINDINGS = keys.bindings("live")
+
+    running: reactive[bool] = reactive(False)
+    done: reactive[int] = reactive(0)
+    total: reactive[int] = reactive(0)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.queue: list[int] = []
+        self.process: EngineProcess | None = None
+        self.results: list[dict] = []
+        self.errors: list[str] = []
+        self.device_line = ""
+        self.static_only: bool | None = None
+        self.last_exit: EngineExited | None = None
+        self.started_at = 0.0
+
+    def compose_body(self) -> ComposeResult:
+        yield Static("Nothing queued. Press r on a sample (or R on a filtered list) to re-verify it here.", id="live-status", classes="status")
+        yield Static("", id="live-device", classes="status")
+        yield ProgressBar(total=None, show_eta=False, id="live-progress")
+        yield Static("", id="live-stage", classes="status")
+        with Horizontal(id="live-body"):
+            yield RichLog(id="live-log", wrap=True, markup=True, max_lines=2000)
+            yield DataTable(id="live-results", zebra_stripes=True, cursor_type="row")
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        results = self.query_one("#live-results", DataTable)
+        results.add_columns("Sample", "Category", "Status", "Speedup", "ms", "Evaluation")
+
+    # -- queue -----------------------------------------------------------------------
+    def enqueue(self, sample_ids: list[int], *, start: bool = True) -> None:
+        if self.running:
+            self.notify("The engine is running; cancel it (x) or wait for it to finish.", severity="warning")
+            return
+        self.queue = list(dict.fromkeys(sample_ids))
+        self._status()
+        if start:
+            self.action_run()
+
+    def _status(self) -> None:
+        if self.running:
+            text = f"Running the engine on {len(self.queue)} sample(s)… (x cancels)"
+        elif self.queue:
+            ids = ", ".join(map(str, self.queue[:12])) + (" …" if len(self.queue) > 12 else "")
+            text = f"Queued {len(self.queue)} sample(s): {ids}  (r runs)"
+        else:
+            text = "Nothing queued. Press r on a sample (or R on a filtered list) to re-verify it here."
+        self.query_one("#live-status", Static).update(text)
+
+    def watch_done(self) -> None:
+        self._progress()
+
+    def watch_total(self) -> None:
+        self._progress()
+
+    def _progress(self) -> None:
+        bar = self.query_one("#live-progress", ProgressBar)
+        bar.update(total=self.total or None, progress=self.done)
+
+    # -- actions ---------------------------------------------------------------------
+    def action_run(self) -> None:
+        if self.running:
+            self.notify("The engine is already running.")
+            return
+        if not self.queue:
+            self.notify("Nothing queued: press r on a sample in Samples or a sample's view.")
+            return
+        self.results = []
+        self.errors = []
+        self.last_exit = None
+        self.static_only = None
+        self.done, self.total = 0, len(self.queue)
+        self.query_one("#live-results", DataTable).clear()
+        self.running = True
+        self.started_at = time.monotonic()
+        self._status()
+        self.run_engine(list(self.queue))
+
+    def action_cancel(self) -> None:
+        if self.process is None or not self.running:
+            self.notify("The engine is not running.")
+            return
+        if self.process.terminate():
+            self._log("[b]cancel[/b]: SIGTERM sent; the engine stops after the current sample (rows already committed stay)")
+
+    def action_clear(self) -> None:
+        if self.running:
+            self.notify("Cancel the engine first (x).")
+            return
+        self.queue = []
+        self.results = []
+        self.query_one("#live-log", RichLog).clear()
+        self.query_one("#live-results", DataTable).clear()
+        self.done = self.total = 0
+        self.query_one("#live-stage", Static).update("")
+        self._status()
+
+    def action_open_result(self) -> None:
+        table = self.query_one("#live-results", DataTable)
+        if not self.results:
+            self.notify("No result yet.")
+            return
+        row = self.results[min(max(table.cursor_row, 0), len(self.results) - 1)]
+        self.post_message(ShowSample(int(row["sample_id"])))
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if event.data_table.id == "live-results":
+            self.action_open_result()
+
+    # -- the engine process ----------------------------------------------------------
+    @work(exclusive=True, group="engine", exit_on_error=False, description="ptxbench eval")
+    async def run_engine(self, sample_ids: list[int]) -> None:
+        app = self.ptx
+        lock = GpuLock(gpu_lock_path(app.gpu_lock_dir))
+        if not lock.acquire():
+            self.post_message(EngineEvent({"event": "log", "level": "error",
+                                           "message": f"another engine holds this GPU (process {lock.holder()}); try again when it is done"}))
+            self.post_message(EngineExited(None, False, "", False))
+            return
+        cmd = engine_command(app.engine_cmd, app.db_path, sample_ids)
+        process = EngineProcess(cmd)
+        self.process = process
+        try:
+            try:
+                await process.start()
+            except OSError as exc:
+                self.post_message(EngineEvent({"event": "log", "level": "error", "message": f"cannot start the engine ({cmd[0]}): {exc}"}))
+                self.post_message(EngineExited(None, False, "", False))
+                return
+            done, total = 0, len(sample_ids)
+            async for event in process.events():
+                self.post_message(EngineEvent(event))
+                kind = event.get("event")
+                if kind in ("start", "result"):
+                    total = int(event.get("total") or total) if kind == "start" else total
+                    done += kind == "result"
+                    self.post_message(EngineProgress(done, total, str(kind)))
+            rc = await process.wait()
+            self.post_message(EngineExited(rc, process.saw_done, "\n".join(process.stderr_tail), process.cancelled))
+        finally:
+            await process.kill()
+            lock.release()
+
+    def on_engine_event(self, message: EngineEvent) -> None:
+        e = message.event
+        kind = message.kind
+        if kind == "start":
+            device = e.get("device")
+            self.static_only = bool(e.get("static_only")) or not device
+            if self.static_only:
+                self.device_line = ("[b]No GPU here[/b]: the engine runs the static stages only "
+                                    "(assemble, inspect); nothing is run or timed.")
+            else:
+                self.device_line = f"device: [b]{escape(str(device))}[/b]"
+            self.query_one("#live-device", Static).update(self.device_line)
+            self._log(f"start: {self.total} sample(s) on {escape(str(device or 'no GPU (static stages only)'))}")
+        elif kind == "sample":
+            self.query_one("#live-stage", Static).update(
+                f"sample {e.get('sample_id')} ({escape(str(e.get('task_id', '')))}) — {int(e.get('index', 0)) + 1}/{self.total}"
+            )
+        elif kind == "stage":
+            status = e.get("status")
+            cat = f" → {e.get('category')}" if e.get("category") else ""
+            self.query_one("#live-stage", Static).update(
+                f"sample {e.get('sample_id')}: {escape(str(e.get('stage')))} {escape(str(status))}{escape(cat)}"
+            )
+        elif kind == "result":
+            self.results.append(e)
+            self.query_one("#live-results", DataTable).add_row(
+                str(e.get("sample_id")), str(e.get("category")), str(e.get("status")), speed(e.get("speedup")),
+                num(e.get("time_ms")), str(e.get("evaluation_id")),
+            )
+            self._log(f"result: sample {e.get('sample_id')} → [b]{escape(str(e.get('category')))}[/b] ({escape(str(e.get('status')))})")
+        elif kind == "log":
+            level = str(e.get("level", "info"))
+            style = {"error": "red", "warning": "yellow"}.get(level, "")
+            text = escape(str(e.get("message", "")))
+            self._log(f"[{style}]{level}: {text}[/]" if style else f"{level}: {text}")
+        elif kind == "error":
+            self.errors.append(str(e.get("message")))
+            self._log(f"[red]error on sample {e.get('sample_id')}: {escape(str(e.get('message')))}[/]")
+        elif kind == "done":
+            self._log(f"done: {e.get('judged')} judged, {e.get('failed_tool')} tool failures"
+                      f"{', cancelled' if e.get('cancelled') else ''}")
+        else:
+            self._log(f"[dim]{escape(str(e))}[/]")
+
+    def on_engine_exited(self, message: EngineExited) -> None:
+        self.last_exit = message
+        self.running = False
+        self.process = None
+        elapsed = time.monotonic() - self.started_at
+        if message.returncode is None:
+            pass  # could not start or the GPU was busy: already logged
+        elif not message.saw_done or message.returncode != 0:
+            tail = message.stderr_tail.strip().splitlines()[-8:]
+            self._log(f"[red][b]The engine stopped unexpectedly[/b] (exit code {message.returncode}). "
+                      "Evaluations it committed before stopping are in the store; nothing else was written.[/]")
+            for line in tail:
+                self._log(f"[red]  {escape(line)}[/]")
+            self.notify(f"The engine stopped unexpectedly (exit code {message.returncode}).", severity="error")
+        else:
+            what = "cancelled" if message.cancelled else "finished"
+            self._log(f"engine {what} in {elapsed:.1f} s; {len(self.results)} new evaluation(s) appended")
+            self.notify(f"Engine {what}: {len(self.results)} new evaluation(s).")
+        self.queue = []
+        self._status()
+        self.ptx.reload_store()
+
+    def on_engine_progress(self, message: EngineProgress) -> None:
+        self.done, self.total = message.done, message.total
+
+    def _log(self, text: str) -> None:
+        self.query_one("#live-log", RichLog).write(text)

@@ -1,0 +1,283 @@
+"""One sample: highlighted PTX, SASS with the requested families marked, the
+assembler's report, the evidence of a failure, timings against the baseline,
+and the history of its judgements and labels."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from rich.markup import escape
+from textual import work
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
+
+from ptxbench.db import browse
+from ptxbench.engine.categories import DESCRIPTIONS
+from ptxbench.tui import keys
+from ptxbench.tui.marks import ptx_marker, sass_marker
+from ptxbench.tui.messages import DetailLoaded, Reverify, ShowDiff, StoreFailed
+from ptxbench.tui.widgets.code_view import PtxView, SassView
+from ptxbench.tui.widgets.common import num, speed
+
+TABS = ("tab-ptx", "tab-sass", "tab-asm", "tab-evidence", "tab-timing", "tab-history")
+_LOG_LINE = re.compile(r"line (\d+)[;:,]")
+
+
+def evidence_line(detail: browse.SampleDetail) -> int | None:
+    """1-based PTX line the failure points at: stored with the evidence, else read off the assembler log."""
+    latest = detail.latest
+    if latest is None:
+        return None
+    ev = latest.evidence if isinstance(latest.evidence, dict) else {}
+    for key in ("line", "evidence_line"):
+        value = ev.get(key)
+        if isinstance(value, int) and value > 0:
+            return value
+    for nested in ev.values():
+        if isinstance(nested, dict) and isinstance(nested.get("line"), int):
+            return nested["line"]
+    if latest.assembler_log and (m := _LOG_LINE.search(latest.assembler_log)):
+        return int(m.group(1))
+    return None
+
+
+def evidence_text(detail: browse.SampleDetail) -> str:
+    latest = detail.latest
+    if latest is None:
+        return "Never evaluated. Press r to judge it now (Live)."
+    ev: Any = latest.evidence
+    lines = [f"[b]{escape(latest.category)}[/b] — {escape(DESCRIPTIONS.get(latest.category, latest.status))}"]
+    if latest.stage:
+        lines.append(f"stage: {escape(latest.stage)}   status: {escape(latest.status)}")
+    message = None
+    if isinstance(ev, dict):
+        message = ev.get("message") or ev.get("evidence")
+    elif isinstance(ev, str):
+        message = ev
+    if message:
+        lines.append(f"\n[b]message[/b]  {escape(str(message))}")
+    line = evidence_line(detail)
+    if line:
+        lines.append(f"[b]at PTX line[/b] {line}   (g jumps there)")
+    worst = ev.get("worst") if isinstance(ev, dict) else None
+    rel = ev.get("max_rel_err") if isinstance(ev, dict) else None
+    wrong = [m for m in detail.measurements if m.worst]
+    if worst is None and wrong:
+        worst, rel = wrong[0].worst, wrong[0].max_rel_err
+    if worst is not None:
+        lines.append("\n[b]worst element[/b]")
+        if isinstance(worst, dict):
+            for k, v in worst.items():
+                lines.append(f"  {escape(str(k))}: {escape(str(v))}")
+        else:
+            lines.append(f"  {escape(str(worst))}")
+    if rel is not None:
+        lines.append(f"  max relative error: {rel:.3g}")
+    if latest.required_missing:
+        lines.append("\n[b]requested but missing[/b]")
+        for m in latest.required_missing:
+            lines.append(f"  {escape(json.dumps(m) if isinstance(m, dict) else str(m))}")
+    extra = {k: v for k, v in ev.items() if k not in ("message", "evidence", "line", "evidence_line", "worst", "max_rel_err")} if isinstance(ev, dict) else {}
+    if extra:
+        lines.append("\n[b]more evidence[/b]")
+        lines.append(escape(json.dumps(extra, indent=2, default=str)))
+    label = detail.label
+    if label:
+        fix = "  ★ Fixit candidate" if label.fixit_candidate else ""
+        lines.append(f"\n[b]label[/b] {escape(label.category or '(category unchanged)')} by {escape(label.author)}{fix}")
+        if label.note:
+            lines.append(f"  {escape(label.note)}")
+    return "\n".join(lines)
+
+
+def resources_text(latest: browse.Evaluation | None) -> str:
+    if latest is None:
+        return "No assembler report: never evaluated."
+    res = latest.resources or {}
+    out = []
+    # One entry per kernel ({"name": {...}}) or a flat dict for one kernel.
+    entries = res.items() if res and all(isinstance(v, dict) for v in res.values()) else [("", res)]
+    for name, r in entries:
+        head = f"[b]{escape(name)}[/b]  " if name else ""
+        regs = r.get("registers")
+        smem = r.get("shared_bytes", r.get("smem_bytes", r.get("shared")))
+        spill = (r.get("spill_stores") or 0, r.get("spill_loads") or 0)
+        flag = "  [reverse] spills [/]" if any(spill) else ""
+        out.append(f"{head}registers {regs if regs is not None else '—'} · shared {smem if smem is not None else '—'} B · "
+                   f"spill stores {spill[0]} B, loads {spill[1]} B{flag}")
+        rest = {k: v for k, v in r.items() if k not in ("registers", "shared_bytes", "smem_bytes", "shared", "spill_stores", "spill_loads")}
+        if rest:
+            out.append("  " + escape(", ".join(f"{k} {v}" for k, v in rest.items())))
+    if latest.warnings:
+        out.append("\n[b]warnings[/b]")
+        for w in latest.warnings:
+            out.append("  " + escape(w.get("text", json.dumps(w)) if isinstance(w, dict) else str(w)))
+    fams = f"PTX: {', '.join(latest.ptx_families) or '—'}   SASS: {', '.join(latest.sass_families) or '—'}"
+    out.append(f"\n[b]families found[/b]  {escape(fams)}")
+    out.append("\n[b]assembler log[/b]")
+    out.append(escape(latest.assembler_log or "(empty)"))
+    return "\n".join(out)
+
+
+class SampleScreen(Screen):
+    BINDINGS = keys.bindings("sample")
+
+    def __init__(self, sample_id: int) -> None:
+        super().__init__()
+        self.sample_id = sample_id
+        self.detail: browse.SampleDetail | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(f"Sample {self.sample_id} — loading…", id="sample-head", classes="head")
+        with TabbedContent(id="sample-tabs"):
+            with TabPane("PTX", id="tab-ptx"):
+                yield PtxView(id="sample-ptx")
+            with TabPane("SASS", id="tab-sass"):
+                yield SassView(id="sample-sass")
+            with TabPane("Assembler", id="tab-asm"):
+                with VerticalScroll():
+                    yield Static("", id="sample-asm")
+            with TabPane("Evidence", id="tab-evidence"):
+                with VerticalScroll():
+                    yield Static("", id="sample-evidence")
+            with TabPane("Timing", id="tab-timing"):
+                yield Static("", id="sample-timing-head")
+                yield DataTable(id="sample-timing", zebra_stripes=True)
+            with TabPane("History", id="tab-history"):
+                with VerticalScroll():
+                    yield Static("", id="sample-history")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.load()
+        self.watch(self.app, "data_version", lambda _: self.load(), init=False)
+
+    @work(thread=True, exclusive=True, group="sample-detail", exit_on_error=False, description="sample detail")
+    def load(self) -> None:
+        try:
+            detail = browse.sample_detail(browse.connect(self.app.db_path), self.sample_id)  # type: ignore[attr-defined]
+        except Exception as exc:  # noqa: BLE001
+            self.post_message(StoreFailed(f"sample {self.sample_id}: {exc}"))
+            return
+        self.post_message(DetailLoaded(detail))
+
+    def on_detail_loaded(self, message: DetailLoaded) -> None:
+        detail = message.detail
+        if detail is None:
+            self.query_one("#sample-head", Static).update(f"No sample {self.sample_id} in this store.")
+            return
+        self.detail = detail
+        latest = detail.latest
+        verdict = f"{latest.category}" if latest else "never evaluated"
+        label = f" · label: {detail.label.category or 'note'}" if detail.label else ""
+        fixit = " · ★ Fixit" if detail.label and detail.label.fixit_candidate else ""
+        head = (f"[b]Sample {detail.id}[/b] · {escape(detail.task_id)} ({detail.arch}) · {escape(detail.model)} · level {detail.context_level}"
+                f" · turn {detail.turn} · [b]{escape(verdict)}[/b]{escape(label)}{fixit}\n"
+                f"[dim]{escape(detail.source)} · requested: {', '.join(detail.families) or 'none'}"
+                f"{' · device ' + escape(latest.device) if latest and latest.device else ''}[/]")
+        self.query_one("#sample-head", Static).update(head)
+        ptx_view = self.query_one("#sample-ptx", PtxView)
+        ptx_view.show(detail.ptx, marker=ptx_marker(detail.families))
+        sass = (latest.sass if latest else None) or ""
+        self.query_one("#sample-sass", SassView).show(
+            sass or "No SASS: the kernel did not assemble, or was never evaluated.", marker=sass_marker(detail.families)
+        )
+        self.query_one("#sample-asm", Static).update(resources_text(latest))
+        self.query_one("#sample-evidence", Static).update(evidence_text(detail))
+        line = evidence_line(detail)
+        if line is not None and latest and latest.category != "ok":
+            ptx_view.mark_evidence(line - 1)
+        self._timing(detail)
+        self._history(detail)
+
+    def _timing(self, detail: browse.SampleDetail) -> None:
+        latest = detail.latest
+        head = "Never timed."
+        if latest and latest.time_ms is not None:
+            head = (f"headline: {num(latest.time_ms)} ms vs baseline {num(latest.baseline_ms)} ms → "
+                    f"[b]{speed(latest.speedup)}[/b]" + (f" · {latest.tflops:.1f} TFLOP/s" if latest.tflops else ""))
+        elif latest and latest.status.startswith("skipped"):
+            head = f"Not timed: {latest.status}."
+        self.query_one("#sample-timing-head", Static).update(head)
+        table = self.query_one("#sample-timing", DataTable)
+        table.clear(columns=True)
+        table.add_columns("Split", "Sizes", "Category", "Max rel. err", "ms", "Spread", "Baseline ms", "Speedup", "TFLOP/s")
+        for m in detail.measurements:
+            sizes = " ".join(f"{k}={v}" for k, v in m.sizes.items()) if isinstance(m.sizes, dict) else str(m.sizes)
+            table.add_row(m.split, sizes, m.category, num(m.max_rel_err, "{:.2e}"), num(m.time_ms), num(m.time_spread, "{:.1%}"),
+                          num(m.baseline_ms), speed(m.speedup), num(m.tflops, "{:.1f}"))
+
+    def _history(self, detail: browse.SampleDetail) -> None:
+        out = ["[b]Evaluations[/b] (newest first; re-verifying adds one, none is ever changed)"]
+        for e in detail.evaluations:
+            out.append(f"  #{e.id} {e.created_at} · {escape(e.category)} · {escape(e.status)} · {escape(e.device or '')} · "
+                       f"engine {escape(e.engine_version)} · {speed(e.speedup)} · [dim]{escape(e.source)}[/]")
+        if not detail.evaluations:
+            out.append("  none")
+        out.append("\n[b]Labels[/b] (a person's triage, beside the automatic category)")
+        for lab in detail.labels:
+            star = " ★ Fixit" if lab.fixit_candidate else ""
+            out.append(f"  {lab.created_at} {escape(lab.author)}: {escape(lab.category or '(category unchanged)')}{star} — {escape(lab.note)}")
+        if not detail.labels:
+            out.append("  none")
+        out.append("\n[b]Fixes[/b]")
+        for f in detail.fixes:
+            out.append(f"  {f.failed_sample_id} → {f.fixed_sample_id}: {escape(f.explanation)} [dim]({escape(f.explanation_source)})[/]")
+        if not detail.fixes:
+            out.append("  none")
+        if detail.parent_id:
+            out.append(f"\nfollows turn sample {detail.parent_id}")
+        self.query_one("#sample-history", Static).update("\n".join(out))
+
+    # -- actions ---------------------------------------------------------------------
+    def _tabs(self) -> TabbedContent:
+        return self.query_one("#sample-tabs", TabbedContent)
+
+    def action_back(self) -> None:
+        self.dismiss()
+
+    def action_next_tab(self) -> None:
+        tabs = self._tabs()
+        tabs.active = TABS[(TABS.index(tabs.active) + 1) % len(TABS)]
+
+    def action_prev_tab(self) -> None:
+        tabs = self._tabs()
+        tabs.active = TABS[(TABS.index(tabs.active) - 1) % len(TABS)]
+
+    def action_goto_evidence(self) -> None:
+        if self.detail is None:
+            return
+        line = evidence_line(self.detail)
+        if line is None:
+            self.notify("No line to jump to: the evidence names none.")
+            return
+        self._tabs().active = "tab-ptx"
+        view = self.query_one("#sample-ptx", PtxView)
+        view.mark_evidence(line - 1)
+        view.focus()
+
+    def action_next_mark(self) -> None:
+        tabs = self._tabs()
+        if tabs.active not in ("tab-ptx", "tab-sass"):
+            tabs.active = "tab-sass"
+        view = self.query_one("#sample-sass" if tabs.active == "tab-sass" else "#sample-ptx")
+        assert isinstance(view, (PtxView, SassView))
+        if view.next_mark() is None:
+            self.notify("No instruction of a requested family here.")
+        view.focus()
+
+    def action_diff(self) -> None:
+        self.post_message(ShowDiff(self.sample_id, None))
+
+    def action_label(self) -> None:
+        self.app.ask_label(self.sample_id)  # type: ignore[attr-defined]
+
+    def action_fixit(self) -> None:
+        self.app.toggle_fixit(self.sample_id)  # type: ignore[attr-defined]
+
+    def action_reverify(self) -> None:
+        self.post_message(Reverify([self.sample_id]))

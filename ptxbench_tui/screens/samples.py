@@ -1,0 +1,190 @@
+"""Samples (3): every sample, paged and filtered in SQL, with full-text search."""
+
+from __future__ import annotations
+
+import time
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.containers import Horizontal
+from textual.widgets import DataTable, Input, Static
+
+from ptxbench.db import browse
+from ptxbench.tui import keys
+from ptxbench.tui.messages import CountLoaded, PageLoaded, Reverify, ShowDiff, ShowSample, StoreFailed
+from ptxbench.tui.screens.base import ViewScreen
+from ptxbench.tui.widgets.common import FilterBar, FiltersChanged, Table, num, speed
+
+PAGE_SIZE = 200
+REVERIFY_LIMIT = 500
+COLUMNS = ("Id", "Task", "Arch", "Model", "Level", "Turn", "#", "Category", "Label", "Fixit", "Speedup", "ms", "Source")
+
+
+class SamplesScreen(ViewScreen):
+    MODE = "samples"
+    BINDINGS = keys.bindings("samples")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.filter = browse.SampleFilter()
+        self.page_offset = 0
+        self.total: int | None = None
+        self.rows: list[browse.SampleRow] = []
+        self.request = 0
+        self.requested_at = 0.0
+        self.last_latency_ms: float | None = None  # filter change → page on screen (for the benchmark)
+
+    def compose_body(self) -> ComposeResult:
+        with Horizontal(id="samples-bar"):
+            yield Input(placeholder="/ search code, evidence, logs (full text)", id="samples-search")
+            yield FilterBar(
+                [("model", "Model"), ("task_id", "Task"), ("arch", "Arch"), ("context_level", "Level"), ("category", "Category")],
+                id="samples-filters",
+            )
+        yield Static("", id="samples-status", classes="status")
+        yield Table(id="samples-table")
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        table = self.query_one(Table)
+        table.add_columns(*COLUMNS)
+        table.focus()
+        self.load()
+
+    def refresh_data(self) -> None:
+        facets = self.ptx.facets
+        if facets is not None:
+            categories = [*facets.categories, "skipped", "unevaluated"]
+            self.query_one(FilterBar).set_options(
+                {"model": facets.models, "task_id": facets.tasks, "arch": facets.archs,
+                 "context_level": facets.levels, "category": categories}
+            )
+        self.load(keep_offset=True)
+
+    # -- loading ---------------------------------------------------------------------
+    def load(self, *, keep_offset: bool = False) -> None:
+        if not keep_offset:
+            self.page_offset = 0
+        self.request += 1
+        self.requested_at = time.perf_counter()
+        self.total = None
+        self.fetch(self.request, self.filter, self.page_offset)
+
+    @work(thread=True, exclusive=True, group="samples-page", exit_on_error=False, description="samples page")
+    def fetch(self, request: int, flt: browse.SampleFilter, offset: int) -> None:
+        try:
+            conn = browse.connect(self.ptx.db_path)
+            self.post_message(PageLoaded(request, browse.sample_page(conn, flt, offset, PAGE_SIZE)))
+            self.post_message(CountLoaded(request, browse.sample_count(conn, flt)))
+        except Exception as exc:  # noqa: BLE001 - shown to the user, the view stays usable
+            self.post_message(StoreFailed(f"samples: {exc}"))
+
+    def on_page_loaded(self, message: PageLoaded) -> None:
+        if message.request != self.request:
+            return  # an answer to an older filter
+        table = self.query_one(Table)
+        table.clear()
+        self.rows = message.page.rows
+        for r in self.rows:
+            table.add_row(
+                str(r.id), r.task_id, r.arch, r.model, r.context_level, str(r.turn), str(r.sample_index),
+                r.category or "—", r.label or "", "★" if r.fixit else "", speed(r.speedup), num(r.time_ms), r.source[:40],
+                key=str(r.id),
+            )
+        self.last_latency_ms = (time.perf_counter() - self.requested_at) * 1000
+        self._status()
+
+    def on_count_loaded(self, message: CountLoaded) -> None:
+        if message.request == self.request:
+            self.total = message.count
+            self._status()
+
+    def _status(self) -> None:
+        first = self.page_offset + 1 if self.rows else 0
+        last = self.page_offset + len(self.rows)
+        total = "…" if self.total is None else f"{self.total:,}"
+        self.query_one("#samples-status", Static).update(
+            f"rows {first:,}–{last:,} of {total} · {self.filter.describe()} · newest first"
+        )
+
+    # -- filters ---------------------------------------------------------------------
+    def apply_filter(self, flt: browse.SampleFilter) -> None:
+        """Show exactly this filter (a drill from another view)."""
+        self.filter = flt
+        self.query_one(FilterBar).set_values(
+            {"model": flt.model, "task_id": flt.task_id, "arch": flt.arch, "context_level": flt.context_level, "category": flt.category}
+        )
+        self.query_one("#samples-search", Input).value = flt.text
+        self.load()
+
+    def on_filters_changed(self, event: FiltersChanged) -> None:
+        self.filter = self.filter.with_(**event.values)
+        self.load()
+
+    @on(Input.Submitted, "#samples-search")
+    def search(self, event: Input.Submitted) -> None:
+        self.filter = self.filter.with_(text=event.value.strip())
+        self.load()
+        self.query_one(Table).focus()
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        sid = self.selected_id()
+        if sid is not None:
+            self.post_message(ShowSample(sid))
+
+    def selected_id(self) -> int | None:
+        table = self.query_one(Table)
+        if not self.rows or not 0 <= table.cursor_row < len(self.rows):
+            return None
+        return self.rows[table.cursor_row].id
+
+    # -- actions ---------------------------------------------------------------------
+    def action_focus_search(self) -> None:
+        self.query_one("#samples-search", Input).focus()
+
+    def action_next_page(self) -> None:
+        if self.total is not None and self.page_offset + PAGE_SIZE >= self.total:
+            self.notify("This is the last page.")
+            return
+        if len(self.rows) < PAGE_SIZE:
+            return
+        self.page_offset += PAGE_SIZE
+        self.load(keep_offset=True)
+
+    def action_prev_page(self) -> None:
+        if self.page_offset == 0:
+            return
+        self.page_offset = max(0, self.page_offset - PAGE_SIZE)
+        self.load(keep_offset=True)
+
+    def action_clear_filters(self) -> None:
+        self.apply_filter(browse.SampleFilter())
+
+    def action_diff(self) -> None:
+        if (sid := self.selected_id()) is not None:
+            self.post_message(ShowDiff(sid, None))
+
+    def action_label(self) -> None:
+        if (sid := self.selected_id()) is not None:
+            self.ptx.ask_label(sid)
+
+    def action_fixit(self) -> None:
+        if (sid := self.selected_id()) is not None:
+            self.ptx.toggle_fixit(sid)
+
+    def action_reverify(self) -> None:
+        if (sid := self.selected_id()) is not None:
+            self.post_message(Reverify([sid]))
+
+    def action_reverify_filtered(self) -> None:
+        self.collect_ids(self.filter)
+
+    @work(thread=True, exclusive=True, group="samples-ids", exit_on_error=False, description="ids to re-verify")
+    def collect_ids(self, flt: browse.SampleFilter) -> None:
+        try:
+            ids = browse.sample_ids(browse.connect(self.ptx.db_path), flt, limit=REVERIFY_LIMIT)
+        except Exception as exc:  # noqa: BLE001
+            self.post_message(StoreFailed(f"samples: {exc}"))
+            return
+        if ids:
+            self.post_message(Reverify(ids))
