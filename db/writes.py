@@ -179,12 +179,12 @@ def add_evaluation(
     with write_transaction(db):
         _require(_exists(db, "samples", evaluation.sample_id), f"evaluation: no sample with id {evaluation.sample_id}")
         eval_id = _insert(db, evaluation)
-        add_measurements(db, eval_id, measurements)
+        _add_measurements(db, eval_id, measurements)
     return replace(evaluation, id=eval_id)
 
 
-def add_measurements(db: sqlite_utils.Database, evaluation_id: int, measurements: Sequence[Measurement]) -> None:
-    """Part of add_evaluation; exposed for bulk writers that already hold a transaction."""
+def _add_measurements(db: sqlite_utils.Database, evaluation_id: int, measurements: Sequence[Measurement]) -> None:
+    """Part of add_evaluation: measurements are only ever written with their evaluation."""
     if not measurements:
         return
     rows = [to_row(replace(m, evaluation_id=evaluation_id, id=None)) for m in measurements]
