@@ -155,18 +155,26 @@ def run_batch(n: int, runner: Runner, threads: int, base: Candidate) -> dict:
     return {"summary": summary, "rows": rows}
 
 
-def repeat_timing(runner: Runner, base: Candidate) -> dict:
+def repeat_timing(runner: Runner, base: Candidate, times: int = 3) -> dict:
+    """The same kernel judged back to back at the headline size: how far apart are the medians?"""
     task = get_task(TASK)
     sizes = [("train", task.headline)]
-    a = judge(base, task, runner=runner, sizes=sizes)
-    b = judge(base, task, runner=runner, sizes=sizes)
-    out = {"first_ms": a.time_ms, "second_ms": b.time_ms, "baseline_first_ms": a.baseline_ms,
-           "baseline_second_ms": b.baseline_ms}
-    if a.time_ms and b.time_ms:
-        out["candidate_diff"] = abs(a.time_ms - b.time_ms) / a.time_ms
-    if a.baseline_ms and b.baseline_ms:
-        out["baseline_diff"] = abs(a.baseline_ms - b.baseline_ms) / a.baseline_ms
-    out["within_2_percent"] = bool(out.get("candidate_diff", 1) < 0.02 and out.get("baseline_diff", 1) < 0.02)
+    runs = [judge(base, task, runner=runner, sizes=sizes) for _ in range(times)]
+    cand = [r.time_ms for r in runs]
+    base_ms = [r.baseline_ms for r in runs]
+    speed = [r.speedup for r in runs]
+
+    def worst_step(xs: list) -> float | None:
+        if any(x is None for x in xs):
+            return None
+        return max(abs(b - a) / a for a, b in zip(xs, xs[1:]))
+
+    out = {"candidate_ms": cand, "baseline_ms": base_ms, "speedup": speed, "reps": [
+        next((m.detail.get("timing", {}).get("reps") for m in r.measurements if m.time_ms), None) for r in runs]}
+    out["candidate_diff"] = worst_step(cand)
+    out["baseline_diff"] = worst_step(base_ms)
+    out["speedup_diff"] = worst_step(speed)
+    out["within_2_percent"] = bool((out["candidate_diff"] or 1) < 0.02 and (out["baseline_diff"] or 1) < 0.02)
     return out
 
 

@@ -46,6 +46,9 @@ def gpu_archs(timeout: float = 5.0) -> list[str] | None:
     return [_ARCH_OF_CC.get(c, f"sm_{c.replace('.', '')}") for c in caps]
 
 
+GPU_READY = "ready"  # a GPU of the arch is here and the GPU stages were asked for
+
+
 def gpu_status(arch: str, static_only: bool) -> str:
     """What the GPU stages will do for this arch on this machine."""
     archs = gpu_archs()
@@ -55,7 +58,7 @@ def gpu_status(arch: str, static_only: bool) -> str:
         return f"skipped: no {arch} device"
     if static_only:
         return "skipped: --static"
-    return "skipped: GPU stages not run by this command yet"
+    return GPU_READY
 
 
 def _fail(console: Console, code: int, message: str) -> typer.Exit:
@@ -91,14 +94,34 @@ def check_command(
             raise _fail(err, EXIT_TOOL, str(exc)) from None
         raise _fail(err, EXIT_TOOL, f"internal error: {type(exc).__name__}: {exc} (PTXBENCH_DEBUG=1 shows the traceback)") from None
     verdict, gpu = result
+    # -- GPU stages (cli/eval.py, engine/pipeline.py): run, verify, time when a GPU of the arch is here.
+    judgement = None
+    if gpu == GPU_READY:
+        from ptxbench.cli.eval import gpu_stages
+        from ptxbench.engine.pipeline import EngineError
+
+        try:
+            judgement, gpu = gpu_stages(verdict, task)
+        except EngineError as exc:
+            raise _fail(err, EXIT_TOOL, f"the GPU stages could not run: {exc}") from None
     if as_json:
         payload: dict[str, Any] = verdict.to_dict()
         payload["gpu"] = gpu
+        if judgement is not None:
+            from ptxbench.cli.eval import judgement_summary
+
+            payload["static_category"] = payload["category"]
+            payload["category"] = judgement.category
+            payload["judgement"] = judgement_summary(judgement)
         sys.stdout.write(json.dumps(payload, indent=2, default=str) + "\n")
         return
     from ptxbench.cli.render import render_check
 
     render_check(out, verdict, gpu)
+    if judgement is not None:
+        from ptxbench.cli.eval import render_judgement
+
+        render_judgement(out, judgement)
 
 
 class _Usage(Exception):

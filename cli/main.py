@@ -8,6 +8,7 @@ below with one line; heavy imports stay inside the commands so that
 import typer
 
 from ptxbench.cli.check import check_command
+from ptxbench.cli.eval import eval_command
 from ptxbench.cli.tasks import tasks_command
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="PTXBench: judge model-written PTX kernels.")
@@ -23,6 +24,7 @@ def version() -> None:
 
 app.command("tasks")(tasks_command)
 app.command("check")(check_command)
+app.command("eval")(eval_command)
 
 
 if __name__ == "__main__":

@@ -103,10 +103,11 @@ class SizePlan:
 
 @dataclass(frozen=True)
 class TimingConfig:
-    warmup: int = 3
+    warmup: int = 3             # at least; more until `warmup_s` of GPU time has passed (clocks settle)
+    warmup_s: float = 0.02
     min_reps: int = 30
     max_reps: int = 100
-    target_s: float = 0.25      # reps are chosen so one side's timed loop lasts about this long
+    target_s: float = 0.1       # reps are chosen so one side's timed loop lasts about this long
     flush_bytes: int = 256 << 20
     baseline: bool = True
 

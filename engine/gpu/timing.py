@@ -74,17 +74,27 @@ def time_interleaved(
     """`candidate[k]` / `baseline[k]` enqueue one run on input set k; `synchronize` raises on a fault."""
     sets = len(candidate)
     with torch.cuda.stream(stream):
-        # Warm-up, timing its last round to choose the number of repetitions.
+        # Warm-up: one timed round to learn the cost, then enough rounds for `warmup` and `warmup_s` of
+        # GPU time, enqueued back to back (no host gaps) so clocks reach their working state.
         warm = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
-        for w in range(max(1, config.warmup)):
-            k = w % sets
-            _timed(stream, flush, candidate[k], warm[0], warm[1])
+
+        def round_(k: int) -> None:
+            _timed(stream, flush, candidate[k % sets], warm[0], warm[1])
             if baseline:
-                _timed(stream, flush, baseline[k], warm[2], warm[3])
+                _timed(stream, flush, baseline[k % sets], warm[2], warm[3])
+
+        def last_cost() -> float:
+            cost = warm[0].elapsed_time(warm[1]) / 1e3
+            return max(cost, warm[2].elapsed_time(warm[3]) / 1e3) if baseline else cost
+
+        round_(0)
         synchronize()
-        per_rep = warm[0].elapsed_time(warm[1]) / 1e3
-        if baseline:
-            per_rep = max(per_rep, warm[2].elapsed_time(warm[3]) / 1e3)
+        pair = last_cost() * (2 if baseline else 1)
+        more = max(config.warmup - 1, math.ceil(config.warmup_s / pair) - 1 if pair > 0 else 0)
+        for r in range(1, 1 + min(more, 1000)):
+            round_(r)
+        synchronize()
+        per_rep = last_cost()
         reps = config.max_reps if per_rep <= 0 else math.ceil(config.target_s / per_rep)
         reps = max(config.min_reps, min(config.max_reps, reps))
 
@@ -107,4 +117,5 @@ def time_interleaved(
 def estimate_timing_seconds(trial_seconds: float, config: TimingConfig) -> float:
     """An upper bound on the timing step's duration, from one trial's launch time (for its deadline)."""
     per_rep = max(trial_seconds, 1e-4) * (2 if config.baseline else 1) + 2e-3
-    return (config.warmup + config.max_reps) * per_rep
+    warm = max(config.warmup * per_rep, config.warmup_s * 2)
+    return warm + config.max_reps * per_rep

@@ -116,7 +116,9 @@ def executed_families(counts: dict[str, float], families: list[str] | tuple[str,
         if fam.sass is None:
             per_family[name] = None           # nothing in SASS to count
             continue
-        per_family[name] = sum(v for op, v in counts.items() if fam.matches_sass(op))
+        # ncu names opcodes without their modifiers (SYNCS, not SYNCS.ARRIVE.TRANS64): a bare opcode
+        # stands for every modified form the family's pattern accepts.
+        per_family[name] = sum(v for op, v in counts.items() if fam.matches_sass(op) or fam.matches_sass(op + "."))
     measurable = [v for v in per_family.values() if v is not None]
     return {"per_family": per_family,
             "executed": (all(v > 0 for v in measurable) if measurable and counts else None)}
