@@ -58,15 +58,17 @@ def run_tests(out: Path, env: dict[str, str], timeout: float) -> dict:
     junit = out / "junit.xml"
     log = out / "pytest.log"
     began = time.monotonic()
-    cmd = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "tests/gpu", f"--junitxml={junit}",
+    cmd = [sys.executable, "-m", "pytest", "-v", "-m", "gpu", "tests/gpu", f"--junitxml={junit}",
            "-p", "no:cacheprovider", "-o", "addopts=-ra"]
-    try:
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-        log.write_text(proc.stdout + proc.stderr)
-        rc: int | None = proc.returncode
-    except subprocess.TimeoutExpired as exc:
-        log.write_text(str(exc.stdout or "") + str(exc.stderr or ""))
-        rc = None
+    # Output goes straight to the file, so a run cut off at its deadline still says how far it got.
+    with log.open("w") as f:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            rc: int | None = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+            rc = None
     tests = []
     if junit.exists():
         for case in ET.parse(junit).getroot().iter("testcase"):
@@ -79,6 +81,13 @@ def run_tests(out: Path, env: dict[str, str], timeout: float) -> dict:
                     break
             tests.append({"name": case.get("name"), "outcome": outcome, "seconds": float(case.get("time") or 0),
                           "message": message})
+    else:
+        for line in log.read_text(errors="replace").splitlines():
+            for word in ("PASSED", "FAILED", "ERROR", "SKIPPED"):
+                if "::" in line and f" {word}" in line:
+                    tests.append({"name": line.split("::", 1)[1].split(" ")[0], "outcome": word.lower(),
+                                  "seconds": 0.0, "message": "(from the log: the run was cut off)"})
+                    break
     return {"returncode": rc, "seconds": round(time.monotonic() - began, 2), "tests": tests}
 
 
