@@ -55,6 +55,7 @@ METRICS = (
 
 class CompareScreen(ViewScreen):
     MODE = "compare"
+    AUTO_FOCUS = "#compare-table"
     BINDINGS = keys.bindings("compare")
 
     def __init__(self) -> None:

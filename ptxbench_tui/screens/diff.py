@@ -21,6 +21,7 @@ CONTEXT_STEPS = (0, 1, 3, 8, 20, -1)
 
 class DiffScreen(Screen):
     BINDINGS = keys.bindings("diff")
+    AUTO_FOCUS = "#diff-view"
 
     def __init__(self, left: int, right: int | None = None) -> None:
         super().__init__()

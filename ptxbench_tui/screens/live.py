@@ -27,6 +27,7 @@ from ptxbench.tui.widgets.common import num, speed
 
 class LiveScreen(ViewScreen):
     MODE = "live"
+    AUTO_FOCUS = "#live-log"
     BINDINGS = keys.bindings("live")
 
     running: reactive[bool] = reactive(False)

@@ -18,6 +18,7 @@ TRAJ_COLUMNS = ("Model", "Task", "Arch", "Level", "Traj.", "Samples", "Compiled"
 
 class OverviewScreen(ViewScreen):
     MODE = "overview"
+    AUTO_FOCUS = "#overview-table"
     BINDINGS = keys.bindings("overview")
 
     def __init__(self) -> None:

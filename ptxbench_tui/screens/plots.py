@@ -37,6 +37,7 @@ def histogram(values: list[float], lo: float, hi: float, bins: int = BINS) -> tu
 
 class PlotsScreen(ViewScreen):
     MODE = "plots"
+    AUTO_FOCUS = "#plot-speedup-widget"
     BINDINGS = keys.bindings("plots")
 
     def __init__(self) -> None:

@@ -125,6 +125,7 @@ def resources_text(latest: browse.Evaluation | None) -> str:
 
 class SampleScreen(Screen):
     BINDINGS = keys.bindings("sample")
+    AUTO_FOCUS = "#sample-ptx"
 
     def __init__(self, sample_id: int) -> None:
         super().__init__()

@@ -22,6 +22,7 @@ COLUMNS = ("Id", "Task", "Arch", "Model", "Level", "Turn", "#", "Category", "Lab
 
 class SamplesScreen(ViewScreen):
     MODE = "samples"
+    AUTO_FOCUS = "#samples-table"
     BINDINGS = keys.bindings("samples")
 
     def __init__(self) -> None:
@@ -83,6 +84,7 @@ class SamplesScreen(ViewScreen):
         if message.request != self.request:
             return  # an answer to an older filter
         table = self.query_one(Table)
+        keep = self.selected_id()  # stay on the same sample across a reload
         table.clear()
         self.rows = message.page.rows
         for r in self.rows:
@@ -91,6 +93,10 @@ class SamplesScreen(ViewScreen):
                 r.category or "—", r.label or "", "★" if r.fixit else "", speed(r.speedup), num(r.time_ms), r.source[:40],
                 key=str(r.id),
             )
+        if keep is not None:
+            index = next((i for i, r in enumerate(self.rows) if r.id == keep), None)
+            if index is not None:
+                table.move_cursor(row=index)
         self.last_latency_ms = (time.perf_counter() - self.requested_at) * 1000
         self._status()
 

@@ -88,6 +88,7 @@ def about_text(task: browse.TaskRow, prompt: str) -> str:
 
 class TasksScreen(ViewScreen):
     MODE = "tasks"
+    AUTO_FOCUS = "#tasks-table"
     BINDINGS = keys.bindings("tasks")
 
     def __init__(self) -> None:

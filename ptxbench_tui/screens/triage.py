@@ -22,6 +22,7 @@ FILTER_FIELD = {"model": "model", "task": "task_id", "level": "context_level"}
 
 class TriageScreen(ViewScreen):
     MODE = "triage"
+    AUTO_FOCUS = "#triage-table"
     BINDINGS = keys.bindings("triage")
 
     def __init__(self) -> None:

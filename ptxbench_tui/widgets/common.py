@@ -49,7 +49,7 @@ class ModeBar(Static):
             else:
                 parts.append(f" [bold]{key}[/] {title} ")
         store = getattr(self.app, "db_path", None)
-        suffix = f"  [dim]{store}[/]" if store else ""
+        suffix = f"  [dim]{store.name}[/]" if store else ""
         return "".join(parts) + suffix
 
 
