@@ -19,7 +19,7 @@
 //   Q   [2 chunks][128 rows][64 cols]            32 KiB   chunk c holds head dims 64c..64c+63
 //   K   [STAGES][2 chunks][128 keys][64 cols]    32 KiB per stage
 //   V   [STAGES][2 chunks][128 keys][64 cols]    32 KiB per stage
-//   mbarriers: Q full, K full[STAGES], V full[STAGES], empty[STAGES]
+//   mbarriers: Q full; K full, V full, K empty, V empty per stage
 
 #ifndef ATTN_CAUSAL
 #define ATTN_CAUSAL 0
