@@ -9,6 +9,9 @@ import typer
 
 from ptxbench.cli.check import check_command
 from ptxbench.cli.eval import eval_command
+from ptxbench.cli.import_ import import_command
+from ptxbench.cli.report import report_command
+from ptxbench.cli.run import run_command
 from ptxbench.cli.tasks import tasks_command
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="PTXBench: judge model-written PTX kernels.")
@@ -24,6 +27,9 @@ def version() -> None:
 
 app.command("tasks")(tasks_command)
 app.command("check")(check_command)
+app.command("run")(run_command)
+app.command("import")(import_command)
+app.command("report")(report_command)
 app.command("eval")(eval_command)
 
 

@@ -1,0 +1,176 @@
+"""`ptxbench run`: prompt a model through an OpenAI-compatible endpoint; store and judge every turn.
+
+Running the same command again resumes the run: turns already stored are not
+asked again. Several context levels (`--context brief,full`) make one run each.
+
+Exit status: 0 when every trajectory finished; 3 when some requests or
+judgements failed (what was stored stays; run the command again to resume);
+4 when the endpoint refused the run (bad key, unknown model); 2 for a usage
+mistake; 1 when the tool itself failed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+EXIT_TOOL = 1
+EXIT_USAGE = 2
+EXIT_UNFINISHED = 3
+EXIT_REFUSED = 4
+
+
+def _tasks(spec: str, arch: str | None) -> list[str]:
+    from ptxbench.tasks.spec import all_tasks, task_ids
+
+    known = task_ids()
+    if spec.strip() == "all":
+        chosen = [t.id for t in all_tasks() if arch is None or t.arch == arch]
+    else:
+        chosen = [t.strip() for t in spec.split(",") if t.strip()]
+        unknown = [t for t in chosen if t not in known]
+        if unknown:
+            raise typer.BadParameter(f"unknown task(s): {', '.join(unknown)} (known: {', '.join(known)})",
+                                     param_hint="--tasks")
+        if arch is not None:
+            from ptxbench.tasks.spec import get_task
+
+            wrong = [t for t in chosen if get_task(t).arch != arch]
+            if wrong:
+                raise typer.BadParameter(f"not {arch} tasks: {', '.join(wrong)}", param_hint="--tasks")
+    if not chosen:
+        raise typer.BadParameter(f"no tasks for {arch}", param_hint="--arch")
+    return list(dict.fromkeys(chosen))
+
+
+def _gpu(mode: str) -> bool:
+    if mode == "off":
+        return False
+    from ptxbench.cli.check import gpu_archs
+
+    present = bool(gpu_archs())
+    if mode == "on" and not present:
+        raise typer.BadParameter("no NVIDIA GPU found (nvidia-smi)", param_hint="--gpu")
+    return present
+
+
+def run_command(
+    model: Annotated[str, typer.Option("--model", help="model name the endpoint serves", show_default=False)],
+    base_url: Annotated[str, typer.Option("--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1", show_default=False)],
+    tasks: Annotated[str, typer.Option("--tasks", help="task ids, comma-separated, or all")] = "all",
+    arch: Annotated[Optional[str], typer.Option("--arch", help="only tasks of this arch (sm_90a, sm_100a)")] = None,
+    context: Annotated[str, typer.Option("--context", help="none, brief or full; several comma-separated make one run each")] = "none",
+    samples: Annotated[int, typer.Option("--samples", min=1, help="trajectories per task")] = 1,
+    turns: Annotated[int, typer.Option("--turns", min=1, help="turns per trajectory (feedback between turns)")] = 1,
+    api_key_env: Annotated[Optional[str], typer.Option("--api-key-env", help="environment variable holding the API key")] = None,
+    temperature: Annotated[Optional[float], typer.Option("--temperature", help="sampling temperature (default: the endpoint's)")] = None,
+    max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", min=1, help="completion token limit")] = None,
+    concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="requests in flight")] = 4,
+    timeout: Annotated[float, typer.Option("--timeout", min=1, help="seconds per request")] = 600.0,
+    retries: Annotated[int, typer.Option("--retries", min=0, help="retries of a request on 429, 5xx, timeouts")] = 6,
+    backoff: Annotated[float, typer.Option("--backoff", min=0, help="first retry delay in seconds (doubles, with jitter)")] = 1.0,
+    run_name: Annotated[Optional[str], typer.Option("--run-name", help="name of the run (default from model, context, prompts, temperature); the same name resumes")] = None,
+    gpu: Annotated[str, typer.Option("--gpu", help="auto, on or off: GPU stages where a GPU of the task's arch is present")] = "auto",
+    db_path: Annotated[Optional[Path], typer.Option("--db", help="store (default: $PTXBENCH_DB or the user data folder)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="one JSON object per event on stdout")] = False,
+) -> None:
+    """Ask a model for kernels, judge each answer, feed the verdict back for up to --turns turns."""
+    from rich.console import Console
+
+    err = Console(stderr=True, highlight=False)
+    out = Console(highlight=False)
+    levels = [c.strip() for c in context.split(",") if c.strip()]
+    if not levels or any(c not in ("none", "brief", "full") for c in levels):
+        raise typer.BadParameter(f"{context!r}: use none, brief, full (comma-separated)", param_hint="--context")
+    if gpu not in ("auto", "on", "off"):
+        raise typer.BadParameter("use auto, on or off", param_hint="--gpu")
+    if api_key_env and api_key_env not in os.environ:
+        raise typer.BadParameter(f"the environment variable {api_key_env} is not set", param_hint="--api-key-env")
+    if run_name and len(levels) > 1:
+        raise typer.BadParameter("one --run-name cannot name several runs; give one context", param_hint="--run-name")
+    task_list = _tasks(tasks, arch)
+    use_gpu = _gpu(gpu)
+
+    from ptxbench.db.seed import ensure_default_store
+    from ptxbench.db.store import StoreError
+    from ptxbench.models.client import EndpointError
+    from ptxbench.models.generate import RunConfig, RunMismatch, run_model
+
+    try:
+        db = ensure_default_store(db_path)
+    except StoreError as exc:
+        err.print(f"ptxbench run: error: {exc}", style="red", markup=False, soft_wrap=True)
+        raise typer.Exit(EXIT_USAGE) from None
+    status = 0
+    for level in levels:
+        config = RunConfig(model=model, base_url=base_url, tasks=tuple(task_list), context=level, samples=samples,
+                           turns=turns, temperature=temperature, max_tokens=max_tokens, concurrency=concurrency,
+                           timeout_s=timeout, retries=retries, backoff_s=backoff, api_key_env=api_key_env,
+                           run_name=run_name, gpu=use_gpu)
+        show = _json_event if as_json else _printer(err)
+        try:
+            report = run_model(db, config, progress=show)
+        except RunMismatch as exc:
+            err.print(f"ptxbench run: error: {exc}", style="red", markup=False, soft_wrap=True)
+            raise typer.Exit(EXIT_USAGE) from None
+        except EndpointError as exc:
+            err.print(f"ptxbench run: the endpoint refused the run: {exc}", style="red", markup=False, soft_wrap=True)
+            raise typer.Exit(EXIT_REFUSED) from None
+        except StoreError as exc:
+            err.print(f"ptxbench run: store error: {exc}", style="red", markup=False, soft_wrap=True)
+            raise typer.Exit(EXIT_TOOL) from None
+        if not as_json:
+            _summary(out, report, level)
+        if report.aborted:
+            err.print(f"ptxbench run: the endpoint refused the run: {report.aborted}", style="red", markup=False, soft_wrap=True)
+            status = max(status, EXIT_REFUSED)
+        elif not report.finished:
+            status = max(status, EXIT_UNFINISHED)
+    if status:
+        raise typer.Exit(status)
+
+
+def _json_event(event: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(event, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def _printer(console: Any) -> Any:
+    def show(event: dict[str, Any]) -> None:
+        kind = event.get("event")
+        if kind == "start":
+            verb = "resuming" if event["resumed"] else "starting"
+            console.print(f"{verb} run {event['run_id']}: {event['run_name']} ({event['trajectories']} trajectories)",
+                          markup=False, soft_wrap=True)
+        elif kind == "turn":
+            style = "green" if event["category"] == "ok" else "red"
+            console.print(f"  {event['task']} #{event['index']} turn {event['turn']}: ", end="", markup=False, soft_wrap=True)
+            console.print(event["category"], style=style, markup=False, end="")
+            console.print(f"  (sample {event['sample_id']}, {event['status']})", style="dim", markup=False, soft_wrap=True)
+        elif kind == "failure":
+            console.print(f"  {event['task']} #{event['index']} turn {event['turn']}: {event['kind']} failed: "
+                          f"{event['message']}", style="yellow", markup=False, soft_wrap=True)
+    return show
+
+
+def _summary(console: Any, report: Any, level: str) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"run {report.run_id} ({level})", title_justify="left", show_edge=False)
+    table.add_column("category")
+    table.add_column("turns", justify="right")
+    for category, n in sorted(report.categories.items(), key=lambda kv: (-kv[1], kv[0])):
+        table.add_row(category, str(n))
+    console.print(table)
+    state = "finished" if report.finished else "unfinished: run the same command again to resume"
+    console.print(f"{report.requests} replies, {report.stored} samples stored, {report.judged} judged, "
+                  f"{report.already_done} already in the store; tokens in/out {report.tokens_in}/{report.tokens_out}; "
+                  f"{state}", markup=False, soft_wrap=True)
+    for failure in report.failures[:20]:
+        console.print(f"  {failure['task']} #{failure['index']} turn {failure['turn']}: {failure['kind']}: "
+                      f"{failure['message']}", style="yellow", markup=False, soft_wrap=True)
