@@ -136,11 +136,12 @@ class RichProgress:
             extra = f" {f['speedup']:.3f}x" if f.get("speedup") else ""
             self.progress.update(self.task, advance=1, note=f"sample {f['sample_id']}: {f['category']}{extra}")
         elif event == "error":
-            self.progress.console.print(f"[red]error[/red] sample {f.get('sample_id')}: {f['message']}",
-                                        markup=True, highlight=False)
-            self.progress.update(self.task, advance=1)
+            self.console.print(f"error (sample {f.get('sample_id')}): {f['message']}", markup=False,
+                               highlight=False, style="red")
+            if self.task is not None and f.get("sample_id") is not None:
+                self.progress.update(self.task, advance=1)
         elif event == "log":
-            self.progress.console.print(f"{f['level']}: {f['message']}", markup=False, highlight=False)
+            self.console.print(f"{f['level']}: {f['message']}", markup=False, highlight=False)
         elif event == "done":
             if self.task is not None:
                 self.progress.stop()
@@ -257,7 +258,11 @@ def run_batch(store: Any, ids: list[int], progress: Any, *, static_only: bool = 
             device = runner.start()
             device_name = device.name if device is not None else None
         except WorkerUnavailable as exc:
-            progress.emit("log", level="warning", message=f"the GPU worker cannot start ({exc}); GPU stages skipped")
+            # The tool is broken, not the samples: say so once instead of failing every sample slowly.
+            progress.emit("start", total=len(ids), device=None, static_only=static_only)
+            progress.emit("error", sample_id=None, message=f"the GPU worker cannot start: {exc}"[:2000])
+            progress.emit("done", judged=0, failed_tool=len(ids), cancelled=False)
+            return EXIT_TOOL
     progress.emit("start", total=len(ids), device=device_name, static_only=static_only)
 
     samples: dict[int, Any] = {}
@@ -302,7 +307,7 @@ def run_batch(store: Any, ids: list[int], progress: Any, *, static_only: bool = 
                     note("assemble", "begin")
                     static = futures.pop(sid).result()
                     note("inspect", "end", static.category)
-                    j = judge(static.candidate, spec, gpu=not static_only and runner is not None, sanitize=sanitize,
+                    j = judge(static.candidate, spec, gpu=not static_only, sanitize=sanitize,
                               executed=executed, runner=runner, static=static, progress=note)
                     evaluation, measurements = records_of(sid, j)
                     row = add_evaluation(store, evaluation, measurements)

@@ -27,7 +27,7 @@ from ptxbench.engine.candidate import Candidate
 from ptxbench.engine.categories import OK, SKIPPED_PREFIX, STAGE_OF, worst
 from ptxbench.engine.extract import ExtractResult
 from ptxbench.engine.gpu.protocol import (
-    ArgPlan, DeviceInfo, Fatal, Job, JobResult, LaunchPlan, ScratchPlan, SizePlan, SizeResult, TensorMapPlan,
+    ArgPlan, DeviceInfo, Job, LaunchPlan, ScratchPlan, SizePlan, SizeResult, TensorMapPlan,
     TimingConfig,
 )
 from ptxbench.engine.manifest import (
@@ -239,21 +239,21 @@ def _run_plans(runner: Runner, task: TaskSpec, cubin: bytes, plans: list[SizePla
         if not pending:
             break
         job = Job(task.id, cubin, tuple(pending), timing, launch_timeout_s)
-        note("run", "begin", None)
-        result = runner.judge(job, on_event=_phase_notes(note))
+        stages = _Stages(note)
+        stages.enter("run")
+        result = runner.judge(job, on_event=stages.on_event)
         done = {r.index for r in result.sizes}
         if result.cache:
             out.evidence["reference_cache"] = result.cache
         results += [_measurement(r) for r in result.sizes]
         fatal = result.fatal
+        stages.finish(fatal.category if fatal is not None else None)
         if fatal is None:
-            note("verify", "end", None)
             break
         if fatal.category == "tool_error":
             raise EngineError(fatal.message)
         fatals.append({"category": fatal.category, "message": fatal.message[-2000:],
                        "cuda_error": fatal.cuda_error_name, "signal": fatal.signal})
-        note("run", "end", fatal.category)
         failed_at = fatal.size_index
         if failed_at is None:
             # The worker died outside any size (it never reached one): nothing more can be learned here.
@@ -271,13 +271,29 @@ def _run_plans(runner: Runner, task: TaskSpec, cubin: bytes, plans: list[SizePla
     return results
 
 
-def _phase_notes(note: Callable[..., None]) -> Callable[[dict[str, Any]], None]:
-    stage_of_phase = {"launch": "run", "verify": "verify", "time": "time"}
+class _Stages:
+    """Turns the worker's many phase events into one begin/end pair per stage change (docs/eval-progress.md)."""
 
-    def on_event(event: dict[str, Any]) -> None:
-        if event.get("event") == "phase" and event.get("phase") in stage_of_phase:
-            note(stage_of_phase[event["phase"]], "begin", None)
-    return on_event
+    _STAGE_OF_PHASE = {"launch": "run", "verify": "verify", "time": "time"}
+
+    def __init__(self, note: Callable[..., None]) -> None:
+        self.note = note
+        self.current: str | None = None
+
+    def enter(self, stage: str) -> None:
+        if stage != self.current:
+            self.finish()
+            self.note(stage, "begin", None)
+            self.current = stage
+
+    def finish(self, category: str | None = None) -> None:
+        if self.current is not None:
+            self.note(self.current, "end", category)
+            self.current = None
+
+    def on_event(self, event: dict[str, Any]) -> None:
+        if event.get("event") == "phase" and event.get("phase") in self._STAGE_OF_PHASE:
+            self.enter(self._STAGE_OF_PHASE[event["phase"]])
 
 
 def _measurement(r: SizeResult) -> SizeMeasurement:

@@ -7,7 +7,6 @@ train and held-out sizes and be timed against the library.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
 import pytest
 
