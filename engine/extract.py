@@ -346,7 +346,7 @@ def _load_code(path: Path, data: bytes, language: Language) -> ExtractResult:
         return _fail("no_candidate", evidence, "the file is binary data, not text")
     if not text.strip():
         return _fail("no_candidate", evidence, "the file is empty" if not text else "the file is only whitespace")
-    text = text.replace("\r\n", "\n")
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
     entries = _ptx_entries(text) if language == "ptx" else _cuda_kernels(text)
     if entries:
         evidence["entries"] = list(entries)

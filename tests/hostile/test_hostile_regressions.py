@@ -1,0 +1,24 @@
+"""Fixes in the engine found by the hostile corpus, each shown by a small direct test."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ptxbench.engine.extract import load_candidate_file
+from ptxbench.engine.static import judge_static
+
+HERE = Path(__file__).resolve().parent
+CONTROL = (HERE / "gpu" / "control_ok.ptx").read_text()
+
+
+def test_a_ptx_file_with_cr_line_endings_is_read_like_any_other(tmp_path):
+    """The file loader turned CRLF into LF but left lone CRs, so ptxas saw one long line and said
+    `Missing .version directive` (bad_header) for a correct kernel; a response with the same text
+    was normalised."""
+    path = tmp_path / "mac.ptx"
+    path.write_bytes(CONTROL.replace("\n", "\r").encode())
+    loaded = load_candidate_file(path)
+    assert loaded.ok and loaded.candidate is not None
+    assert "\r" not in loaded.candidate.code
+    assert loaded.evidence.get("entries") == ["vector_add"]
+    assert judge_static(path, "vector_add_smoke", use_cache=False).category == "ok"
