@@ -60,6 +60,7 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("bad_header", r"Missing \.(version|target|address_size) directive"),
         ("bad_header", r"Unsupported \.target"),
         ("bad_header", r"Illegal value for \.address_size"),
+        ("bad_header", r"32-Bit ABI|32-Bit addressing"),     # .address_size 32 on sm_90 and newer
         ("bad_header", r"Unknown \.target|Illegal \.target|\.target directive"),
         ("ptx_version", r"Unsupported \.version"),
         ("ptx_version", r"requires PTX ISA \.version"),

@@ -22,3 +22,13 @@ def test_a_ptx_file_with_cr_line_endings_is_read_like_any_other(tmp_path):
     assert "\r" not in loaded.candidate.code
     assert loaded.evidence.get("entries") == ["vector_add"]
     assert judge_static(path, "vector_add_smoke", use_cache=False).category == "ok"
+
+
+def test_address_size_32_is_a_header_problem(tmp_path):
+    """ptxas 13 answers `.address_size 32` with "32-Bit ABI (--machine 32 or 32-Bit addressing) is
+    not supported on sm_90 or higher architectures", which fell through to assemble_other."""
+    path = tmp_path / "k32.ptx"
+    path.write_text(CONTROL.replace(".address_size 64", ".address_size 32"))
+    verdict = judge_static(path, "vector_add_smoke", use_cache=False)
+    assert verdict.category == "bad_header", verdict.evidence
+    assert "32-Bit" in verdict.evidence
