@@ -324,8 +324,57 @@ def _assemble_uncached(text: str, language: str, arch: str, tmp: Path, timeout: 
     return result
 
 
+# A directive that reads another file: `#`, its digraph `%:` or trigraph `??=`, comments allowed
+# around it. Searched anywhere in the text, not only at line starts, so that no comment or line
+# splice can hide one (a match inside a string or a comment is checked too; that only costs a
+# candidate a harmless-looking include it did not need).
+_FILE_DIRECTIVE = re.compile(r"(?:#|%:|\?\?=)(?:\s|/\*.*?\*/)*(include_next|include|import|embed)\b", re.S)
+_HEADER_NAME = re.compile(r"(?:\s|/\*.*?\*/)*(?:<([^<>\n]*)>|\"([^\"\n]*)\")", re.S)
+_SPLICE = re.compile(r"\\[ \t]*\r?\n")
+
+
+def include_problem(source: str) -> tuple[str, int] | None:
+    """Why an include in CUDA source is refused, with its line; None when each names a header.
+
+    Candidates may include CUDA's headers (and the C++ headers they use) by name. An absolute
+    path, a `..`, or a name that macros compute could read any file of the judging machine into
+    the compile, where nvcc prints its lines back into the stored log, or read an endless file
+    (/dev/zero) until memory runs out."""
+    # Join spliced lines first, as the preprocessor does, remembering where lines were joined.
+    pieces: list[str] = []
+    joined: list[int] = []
+    last = removed = 0
+    for s in _SPLICE.finditer(source):
+        pieces.append(source[last:s.start()])
+        joined.append(s.start() - removed)
+        removed += s.end() - s.start()
+        last = s.end()
+    pieces.append(source[last:])
+    text = "".join(pieces)
+    for m in _FILE_DIRECTIVE.finditer(text):
+        pos = m.start()
+        line = text.count("\n", 0, pos) + sum(1 for j in joined if j <= pos) + 1
+        name = _HEADER_NAME.match(text, m.end())
+        if name is None:
+            return (f"#{m.group(1)} of a name computed by macros is not allowed: "
+                    "include CUDA's headers by name, as <header> or \"header\"", line)
+        header = name.group(1) if name.group(1) is not None else name.group(2)
+        parts = re.split(r"[\\/]+", header)
+        if not header.strip() or header.startswith(("/", "\\", "~")) or re.match(r"^[A-Za-z]:", header) \
+                or ".." in parts:
+            return (f"#{m.group(1)} {header!r} names a file outside the compiler's header folders: "
+                    "only CUDA's own headers are available", line)
+    return None
+
+
 def _nvcc_to_ptx(text: str, arch: str, tmp: Path, timeout: float, result: AssembleResult,
                  log: list[str]) -> str | None:
+    problem = include_problem(text)
+    if problem is not None:
+        result.category = "cuda_compile_error"
+        result.evidence, result.evidence_line = problem
+        result.evidence_source = _source_line(text, result.evidence_line)
+        return None
     host_compiler()  # raises ToolchainError with an install hint when there is none
     src, out = tmp / "candidate.cu", tmp / "candidate.ptx"
     src.write_text(text, encoding="utf-8")

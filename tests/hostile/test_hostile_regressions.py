@@ -32,3 +32,31 @@ def test_address_size_32_is_a_header_problem(tmp_path):
     verdict = judge_static(path, "vector_add_smoke", use_cache=False)
     assert verdict.category == "bad_header", verdict.evidence
     assert "32-Bit" in verdict.evidence
+
+
+KERNEL_CU = """
+extern "C" __global__ void vector_add(const float* x, const float* y, float* z, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) z[i] = x[i] + y[i];
+}
+"""
+
+
+def test_cuda_cannot_include_files_of_the_judging_machine():
+    """nvcc read any file a candidate named (its lines came back in the stored log) and would read
+    /dev/zero until memory ran out. Such includes are refused before nvcc runs; CUDA's own
+    headers still work."""
+    from ptxbench.engine.assemble import assemble, include_problem
+
+    passwd = Path("/etc/passwd").read_text().splitlines()[0]
+    for head in ('#include "/etc/passwd"', "#include </dev/zero>", '#include "../../../../etc/passwd"',
+                 '#define P "/etc/passwd"\n#include P', '/* a\n   b */ #include "/etc/passwd"',
+                 '#inc\\\nlude "/etc/passwd"', '%:include "/etc/passwd"'):
+        result = assemble(head + "\n" + KERNEL_CU, "cuda", "sm_90a")
+        assert result.category == "cuda_compile_error", head
+        assert "nvcc" not in result.seconds, f"nvcc ran on {head!r}"
+        assert passwd not in result.log + result.evidence
+        assert result.evidence_line is not None
+    assert include_problem('#include <cuda_bf16.h>\n#include "cuda/barrier"\n#include <cstdint>\n') is None
+    ok = assemble("#include <cuda_bf16.h>\n" + KERNEL_CU, "cuda", "sm_90a")
+    assert ok.category == "ok", ok.evidence
