@@ -1,0 +1,81 @@
+"""The judgement shown beside a failed candidate in a Fixit example.
+
+It says what a model run would have been told: the category, the tool's
+evidence and the train sizes' results. Held-out sizes are mentioned only when
+asked for (examples of the held-out split), so a training example never
+carries what happens at a held-out size.
+"""
+
+from __future__ import annotations
+
+from ptxbench.engine.categories import DESCRIPTIONS, OK, STAGE_OF
+from ptxbench.engine.fixit.records import FixitSample, SizeResult
+
+MAX_LOG_LINES = 12
+CLOSING = ("Explain what is wrong, then reply with the complete corrected kernel in one fenced code block "
+           "(```ptx or ```cuda), plus the launch manifest in a ```json block if you do not use the default launch.")
+
+
+def fmt_sizes(sizes: dict[str, int]) -> str:
+    return "{" + ", ".join(f"{k}={v}" for k, v in sizes.items()) + "}"
+
+
+def _size_line(m: SizeResult) -> str:
+    line = f"- {fmt_sizes(m.sizes)}: {m.category}"
+    if m.max_rel_err is not None:
+        line += f", max error {m.max_rel_err:.4g}"
+    return line
+
+
+def _log_lines(log: str | None) -> list[str]:
+    if not log:
+        return []
+    lines = [ln.rstrip() for ln in log.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if "error" in ln.lower() or "fatal" in ln.lower()] or lines
+    return errors[:MAX_LOG_LINES]
+
+
+def judgement_text(sample: FixitSample, *, include_heldout: bool = False, closing: bool = True) -> str:
+    """The engine's verdict on `sample` in words, ending with the request to fix it."""
+    if sample.feedback and not include_heldout:
+        return sample.feedback
+    cat = sample.category or "unjudged"
+    stage = STAGE_OF.get(cat)
+    ev = sample.evidence or {}
+    out: list[str] = []
+    if sample.heldout_failure:
+        out.append("Your kernel was judged correct at every checked size.")
+    else:
+        out.append(f"Your kernel was judged: {cat} ({DESCRIPTIONS.get(cat, 'passed')}).")
+    if stage == "extract":
+        reason = (ev.get("extract") or {}).get("reason") or ev.get("message") or ""
+        if reason:
+            out.append(f"No kernel could be taken from the reply: {reason}.")
+    elif stage == "assemble":
+        where = f" at line {ev['line']}" if ev.get("line") else ""
+        tool = "nvcc" if cat == "cuda_compile_error" else "ptxas"
+        out.append(f"{tool} rejected it for {sample.arch}{where}: {ev.get('message', '')}".rstrip())
+        if ev.get("source_line"):
+            out.append(f"That line reads: `{ev['source_line']}`")
+        log = _log_lines(sample.assembler_log)
+        if log:
+            out.append("Assembler output:\n```\n" + "\n".join(log) + "\n```")
+    elif stage == "requirement":
+        missing = ", ".join(sample.required_missing) or "(not recorded)"
+        out.append(f"Requested instruction families missing: {missing}.")
+    elif ev.get("message"):
+        out.append(str(ev["message"]))
+    train = sample.train_sizes()
+    if train and stage not in ("extract", "assemble"):
+        out.append("Results at the checked sizes:\n" + "\n".join(_size_line(m) for m in train))
+    if include_heldout:
+        held = sample.heldout_sizes()
+        if held:
+            out.append("Results at the held-out sizes:\n" + "\n".join(_size_line(m) for m in held))
+        elif sample.correct_heldout is False:
+            out.append("It fails at the held-out sizes.")
+    if stage not in ("extract", None) and sample.ptx_families:
+        out.append(f"Instruction families found in your PTX: {', '.join(sample.ptx_families)}.")
+    if closing and (cat != OK or sample.heldout_failure):
+        out.append(CLOSING)
+    return "\n\n".join(out)
