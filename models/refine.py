@@ -143,19 +143,34 @@ def _families_text(evaluation: Evaluation) -> str:
     return "Requested instruction families that are missing:\n" + "\n".join(lines)
 
 
+def _sizes_key(sizes: Any) -> tuple:
+    return tuple(sorted(sizes.items())) if isinstance(sizes, dict) else ()
+
+
+def _worst_text(worst: Any) -> str:
+    if not isinstance(worst, dict) or not worst:
+        return ""
+    if "got" in worst and "expected" in worst:
+        where = f"{worst.get('output', '')}{worst.get('index', '')}"
+        return f"; worst element {where}: got {_fmt_num(worst['got'])}, expected {_fmt_num(worst['expected'])}"
+    return "; worst element: " + ", ".join(f"{k} {_fmt_num(v)}" for k, v in worst.items())
+
+
 def _size_lines(train: list[Measurement], evidence: dict[str, Any]) -> list[str]:
-    messages = {(m.get("split"), str(m.get("sizes"))): m.get("message", "")
+    # The worker's message per train size; sizes are matched whatever the order of their keys.
+    messages = {_sizes_key(m.get("sizes")): m.get("message", "")
                 for m in evidence.get("sizes", []) if isinstance(m, dict) and m.get("split") == "train"}
     lines = []
     for m in train:
         line = f"- {_fmt_sizes(m.sizes)}: {m.category}"
         if m.max_rel_err is not None:
-            line += f", max error {_fmt_num(m.max_rel_err)}"
-        if isinstance(m.worst, dict) and m.worst:
-            worst = ", ".join(f"{k} {_fmt_num(v)}" for k, v in m.worst.items())
-            line += f" (worst element: {worst})"
-        msg = messages.get(("train", str(m.sizes)))
-        if msg and m.category != OK:
+            line += f", error {_fmt_num(m.max_rel_err)}"
+            if isinstance(m.worst, dict) and m.worst.get("tolerance") is not None:
+                line += f" (tolerance {_fmt_num(m.worst['tolerance'])})"
+        worst = _worst_text(m.worst)
+        line += worst
+        msg = messages.get(_sizes_key(m.sizes))
+        if msg and m.category != OK and not worst:
             line += f"\n  {' '.join(msg.split())[:600]}"
         lines.append(line)
     return lines

@@ -148,6 +148,7 @@ def test_run_over_hopper_tasks_three_turns_two_contexts(tmp_path: Path, store) -
             assert s.response is not None and s.latency_s is not None
         turns = {(s.task_id, s.turn): s for s in samples}
         # Fixed at turn 2, so no third turn; attention tasks use all three turns.
+        assert turns[("gemm_bf16_sm90a", 1)].response == mutation_reply("gemm-wrong-target")  # as it came
         assert latest_evaluation(store, turns[("gemm_bf16_sm90a", 1)].id).category == "target_mismatch"
         assert latest_evaluation(store, turns[("gemm_bf16_sm90a", 2)].id).category == "ok"
         assert ("gemm_bf16_sm90a", 3) not in turns and ("rmsnorm_bf16_sm90a", 2) not in turns

@@ -94,19 +94,22 @@ def _gpu_evaluation(category: str, **kw) -> Evaluation:
 
 def test_wrong_elements_are_reported_at_train_sizes_only() -> None:
     task = get_task("gemm_bf16_sm90a")
+    crash = {"N": 4096, "M": 4096, "K": 4096}            # keys in another order than the measurement's
     evaluation = _gpu_evaluation("wrong_result", correct=False, evidence={"sizes": [
-        {"split": "train", "sizes": task.train[0], "category": "wrong_result", "message": "C: rel_l2 0.71 > 0.01"},
+        {"split": "train", "sizes": crash, "category": "runtime_other", "message": "size 1: CUDA_ERROR_LAUNCH_FAILED"},
         {"split": "heldout", "sizes": task.heldout[0], "category": "wrong_result", "message": "HELDOUT DETAIL"}]})
     measurements = [
         Measurement(split="train", sizes=task.train[0], category="wrong_result", max_rel_err=0.71,
-                    worst={"index": [17, 3], "got": 1.5, "expected": -0.25}),
-        Measurement(split="train", sizes=task.train[1], category="ok", max_rel_err=0.001),
+                    worst={"index": [17, 3], "got": 1.5, "expected": -0.25, "output": "C", "tolerance": 0.01}),
+        Measurement(split="train", sizes=task.train[1], category="runtime_other"),
+        Measurement(split="train", sizes=task.train[2], category="ok", max_rel_err=0.001),
         Measurement(split="heldout", sizes=task.heldout[0], category="wrong_result", max_rel_err=0.9),
     ]
     text = feedback_message(task, evaluation, measurements)
-    assert "M=2048, N=2048, K=2048}: wrong_result, max error 0.71" in text
-    assert "worst element: index [17, 3], got 1.5, expected -0.25" in text and "rel_l2 0.71 > 0.01" in text
-    assert "M=4096, N=4096, K=4096}: ok" in text
+    assert ("M=2048, N=2048, K=2048}: wrong_result, error 0.71 (tolerance 0.01); worst element C[17, 3]: got 1.5, "
+            "expected -0.25") in text
+    assert "M=4096, N=4096, K=4096}: runtime_other\n  size 1: CUDA_ERROR_LAUNCH_FAILED" in text
+    assert "M=8192, N=7168, K=5120}: ok" in text
     held = task.heldout[0]
     assert f"N={held['N']}" not in text and "HELDOUT" not in text and "0.9" not in text
 
