@@ -16,6 +16,7 @@ that uses what was asked but is slower than the library is
 
 from __future__ import annotations
 
+import atexit
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -102,6 +103,8 @@ def default_runner() -> Runner:
     global _default_runner
     if _default_runner is None:
         _default_runner = Runner()
+        # A worker left behind would hold the GPU (and any kernel still spinning on it).
+        atexit.register(_default_runner.close)
     return _default_runner
 
 
