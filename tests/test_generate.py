@@ -250,3 +250,18 @@ def test_resuming_with_a_changed_prompt_is_refused(tmp_path: Path, store) -> Non
         fresh = run_model(store, RunConfig(model="m", base_url=server.base_url, tasks=("vector_add_smoke",),
                                            run_name="second try", **FAST))
     assert fresh.run_id != report.run_id and not fresh.resumed
+
+
+def test_nothing_below_the_model_layer_imports_it() -> None:
+    import ast
+
+    root = Path(__file__).resolve().parents[1]
+    for folder in ("engine", "db", "tasks"):
+        for path in (root / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                    [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+                assert not any(n.startswith("ptxbench.models") for n in names), f"{path} imports ptxbench.models"
+    for path in (root / "models").rglob("*.py"):
+        text = path.read_text()
+        assert "textual" not in text and "ptxbench.tui" not in text and "ptxbench.cli" not in text, path
