@@ -70,7 +70,8 @@ def records_of(sample_id: int, j: Any, source: str = SOURCE) -> tuple[Any, list[
               **m.detail} for m in j.measurements]
     if sizes:
         evidence["sizes"] = sizes
-    device = j.device.name if j.device is not None else ("cpu (static stages only)" if j.status == "static" else None)
+    device = j.device.name if j.device is not None else (
+        "cpu (static stages only)" if j.status == "static" else "no GPU")
     evaluation = Evaluation(
         sample_id=sample_id, engine_version=j.engine_version, status=j.status, category=j.category,
         source=source, device=device, driver=j.device.driver if j.device is not None else None,

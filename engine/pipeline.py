@@ -194,6 +194,7 @@ def judge(
     except WorkerUnavailable as exc:
         raise EngineError(str(exc)) from None
     if device is None or device.arch != spec.arch:
+        out.device = device         # the GPU that is here (of another arch), or None
         out.status = f"{SKIPPED_PREFIX}no {spec.arch} device"
         out.evidence["device"] = runner.no_device_reason if device is None else f"{device.name} is {device.arch}"
         return out

@@ -100,7 +100,7 @@ def test_without_a_gpu_the_gpu_stages_are_a_skip_not_a_verdict(tmp_path):
     assert result["status"] == "skipped: no sm_90a device"
     db = open_store(path)
     row = evaluations_for(db, ids[0])[0]
-    assert row.correct is None and row.status.startswith("skipped: ")
+    assert row.correct is None and row.status.startswith("skipped: ") and row.device == "no GPU"
     assert measurements_for(db, row.id) == []
     db.conn.close()
 
