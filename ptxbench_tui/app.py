@@ -1,217 +1,56 @@
-"""ptxbench-tui: the explorer over a PTXBench store.
+"""ptxbench-tui: the explorer over a PTXBench store (command line and app factory).
 
-Top-level views are `App.MODES` switched by number keys; a sample, a diff
-and the dialogs are screens pushed on top. All keys come from keys.py.
+This module stays light: the store is opened and its summary query started
+in a thread before Textual and the views are imported, so the query and the
+imports overlap and the overview paints sooner.
 """
 
 from __future__ import annotations
 
 import argparse
-import getpass
 import shlex
 import sys
+import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from textual import work
-from textual.app import App
-from textual.reactive import reactive
-
-from ptxbench.db import browse
 from ptxbench.db.store import StoreError
-from ptxbench.themes.ptxbench import DEFAULT_THEME, THEMES
-from ptxbench.tui import keys
-from ptxbench.tui.commands import BindingCommands
-from ptxbench.tui.config import Config, default_engine_cmd, load_keymap
-from ptxbench.tui.messages import (
-    CellsLoaded, LabelSaved, Reverify, ShowDiff, ShowSample, ShowSamples, StoreFailed,
-)
-from ptxbench.tui.screens.compare import CompareScreen
-from ptxbench.tui.screens.dialogs import HelpScreen, LabelChoice, LabelDialog
-from ptxbench.tui.screens.diff import DiffScreen
-from ptxbench.tui.screens.live import LiveScreen
-from ptxbench.tui.screens.overview import OverviewScreen
-from ptxbench.tui.screens.plots import PlotsScreen
-from ptxbench.tui.screens.sample import SampleScreen
-from ptxbench.tui.screens.samples import SamplesScreen
-from ptxbench.tui.screens.tasks import TasksScreen
-from ptxbench.tui.screens.triage import TriageScreen
+DEFAULT_THEME = "ptxbench"  # themes/ptxbench.py; not imported here, it pulls in Textual
+
+if TYPE_CHECKING:
+    from ptxbench.tui.application import PtxbenchApp
 
 EXIT_STORE = 2
 
 
-def _css_path() -> Path:
-    import ptxbench.themes
+class Prefetch:
+    """The overview's summary of the store, computed in a thread from startup."""
 
-    return Path(ptxbench.themes.__file__).resolve().parent / "ptxbench.tcss"
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.result: tuple | None = None
+        self.error: Exception | None = None
+        self.thread = threading.Thread(target=self._run, name="ptxbench-prefetch", daemon=True)
+        self.thread.start()
 
+    def _run(self) -> None:
+        from ptxbench.db import browse
 
-class PtxbenchApp(App[int]):
-    TITLE = "PTXBench"
-    CSS_PATH = _css_path()
-    SCREENS = {
-        "overview": OverviewScreen,
-        "tasks": TasksScreen,
-        "samples": SamplesScreen,
-        "triage": TriageScreen,
-        "compare": CompareScreen,
-        "live": LiveScreen,
-        "plots": PlotsScreen,
-    }
-    MODES = {name: name for name in SCREENS}
-    DEFAULT_MODE = "overview"
-    BINDINGS = keys.bindings("app")
-    COMMANDS = App.COMMANDS | {BindingCommands}
-
-    data_version: reactive[int] = reactive(0)
-
-    def __init__(self, config: Config) -> None:
-        super().__init__()
-        self.config = config
-        self.db_path = Path(config.db_path)
-        self.engine_cmd = list(config.engine_cmd)
-        self.gpu_lock_dir = config.gpu_lock_dir or self.db_path.parent
-        self.cells: list[browse.Cell] | None = None
-        self.facets: browse.Facets | None = None
-        for theme in THEMES:
-            self.register_theme(theme)
-        self.theme = config.theme if config.theme in self.available_themes else DEFAULT_THEME
-        if config.keymap:
-            self.set_keymap(config.keymap)
-
-    def on_mount(self) -> None:
-        self.reload_store()
-
-    # -- store -------------------------------------------------------------------------
-    def reload_store(self) -> None:
-        self.load_cells()
-
-    def action_reload_store(self) -> None:
-        self.reload_store()
-        self.notify("Re-reading the store…")
-
-    @work(thread=True, exclusive=True, group="cells", exit_on_error=False, description="store summary")
-    def load_cells(self) -> None:
         try:
-            conn = browse.connect(self.db_path, cached=False)
+            conn = browse.connect(self.path, cached=False)
             try:
-                cells = browse.cells(conn)
-                facets = browse.facets(conn)
+                self.result = (browse.cells(conn), browse.facets(conn))
             finally:
                 conn.close()
-        except Exception as exc:  # noqa: BLE001 - a store that breaks while open is reported, not fatal
-            self.post_message(StoreFailed(str(exc)))
-            return
-        self.post_message(CellsLoaded(cells, facets))
+        except Exception as exc:  # noqa: BLE001 - handed to the app, which shows it
+            self.error = exc
 
-    def on_cells_loaded(self, message: CellsLoaded) -> None:
-        self.cells = message.cells
-        self.facets = message.facets
-        self.data_version += 1
-
-    def on_store_failed(self, message: StoreFailed) -> None:
-        self.notify(message.error, title="Store", severity="error", timeout=8)
-
-    # -- navigation --------------------------------------------------------------------
-    async def on_show_samples(self, message: ShowSamples) -> None:
-        await self.switch_mode("samples")
-        screen = self.get_screen("samples")
-        assert isinstance(screen, SamplesScreen)
-        while self.screen is not screen:
-            self.pop_screen()
-        screen.apply_filter(message.filter)
-
-    def on_show_sample(self, message: ShowSample) -> None:
-        self.push_screen(SampleScreen(message.sample_id))
-
-    def on_show_diff(self, message: ShowDiff) -> None:
-        self.push_screen(DiffScreen(message.left, message.right))
-
-    async def on_reverify(self, message: Reverify) -> None:
-        await self.switch_mode("live")
-        screen = self.get_screen("live")
-        assert isinstance(screen, LiveScreen)
-        screen.enqueue(message.sample_ids, start=True)
-
-    def action_help(self) -> None:
-        if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen(self.screen))
-
-    # -- labels (a person's triage, beside the automatic category) -------------------------
-    def ask_label(self, sample_id: int) -> None:
-        self.load_label_context(sample_id)
-
-    @work(thread=True, group="labels", exit_on_error=False, description="current label")
-    def load_label_context(self, sample_id: int) -> None:
-        try:
-            detail = browse.sample_detail(browse.connect(self.db_path), sample_id)
-        except Exception as exc:  # noqa: BLE001
-            self.post_message(StoreFailed(str(exc)))
-            return
-        if detail is None:
-            self.post_message(StoreFailed(f"no sample {sample_id}"))
-            return
-        self.call_from_thread(self._open_label_dialog, detail)
-
-    def _open_label_dialog(self, detail: browse.SampleDetail) -> None:
-        label = detail.label
-        current = LabelChoice(label.category, label.note, label.fixit_candidate) if label else None
-
-        def saved(choice: LabelChoice | None) -> None:
-            if choice is not None:
-                self.save_label(detail.id, choice, "label")
-
-        self.push_screen(LabelDialog(detail.id, detail.latest.category if detail.latest else None, current), saved)
-
-    def toggle_fixit(self, sample_id: int) -> None:
-        self.flip_fixit(sample_id)
-
-    @work(thread=True, group="labels", exit_on_error=False, description="fixit mark")
-    def flip_fixit(self, sample_id: int) -> None:
-        try:
-            detail = browse.sample_detail(browse.connect(self.db_path), sample_id)
-        except Exception as exc:  # noqa: BLE001
-            self.post_message(StoreFailed(str(exc)))
-            return
-        if detail is None:
-            self.post_message(StoreFailed(f"no sample {sample_id}"))
-            return
-        label = detail.label
-        choice = LabelChoice(label.category if label else None, label.note if label else "",
-                             not (label.fixit_candidate if label else False))
-        self._write_label(sample_id, choice, "fixit on" if choice.fixit else "fixit off")
-
-    @work(thread=True, group="labels", exit_on_error=False, description="save label")
-    def save_label(self, sample_id: int, choice: LabelChoice, what: str) -> None:
-        self._write_label(sample_id, choice, what)
-
-    def _write_label(self, sample_id: int, choice: LabelChoice, what: str) -> None:
-        """In a worker thread: one new row in `labels`; nothing else changes."""
-        from ptxbench.db.records import Label
-        from ptxbench.db.store import open_store
-        from ptxbench.db.writes import add_label
-
-        try:
-            db = open_store(self.db_path, migrate=False)
-            try:
-                add_label(db, Label(sample_id=sample_id, author=_author(), category=choice.category,
-                                    note=choice.note, fixit_candidate=choice.fixit))
-            finally:
-                db.conn.close()
-        except Exception as exc:  # noqa: BLE001
-            self.post_message(StoreFailed(f"label not saved: {exc}"))
-            return
-        self.post_message(LabelSaved(sample_id, what))
-
-    def on_label_saved(self, message: LabelSaved) -> None:
-        self.notify(f"Sample {message.sample_id}: {message.what} saved.")
-        self.reload_store()
-
-
-def _author() -> str:
-    try:
-        return getpass.getuser()
-    except Exception:  # noqa: BLE001 - no login name in some containers
-        return "unknown"
+    def take(self) -> tuple:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        assert self.result is not None
+        return self.result
 
 
 def make_app(
@@ -220,8 +59,12 @@ def make_app(
     theme: str | None = None,
     keymap: dict[str, str] | None = None,
     gpu_lock_dir: Path | None = None,
-) -> PtxbenchApp:
+    prefetch: Prefetch | None = None,
+) -> "PtxbenchApp":
     """The app over an existing store; tests hand in a small store and an engine command."""
+    from ptxbench.tui.application import PtxbenchApp
+    from ptxbench.tui.config import Config, default_engine_cmd
+
     return PtxbenchApp(
         Config(
             db_path=Path(db_path),
@@ -229,7 +72,8 @@ def make_app(
             theme=theme or DEFAULT_THEME,
             keymap=keymap or {},
             gpu_lock_dir=gpu_lock_dir,
-        )
+        ),
+        prefetch=prefetch,
     )
 
 
@@ -248,7 +92,7 @@ def prepare_store(db: str | None) -> Path:
         path = Path(db).expanduser()
         if not path.exists():
             raise StoreError(f"no store at {path} (leave out --db to use the default store)")
-        handle = open_store(path, timeout=2.0)
+        handle = open_store(path, timeout=1.0)
     try:
         # Read what the explorer reads first, so a damaged file fails here, with a message.
         handle.execute("SELECT COUNT(*) FROM samples").fetchone()
@@ -285,6 +129,17 @@ def serve(args: argparse.Namespace, path: Path) -> int:
     return 0
 
 
+def create_app(args: argparse.Namespace, path: Path) -> "PtxbenchApp":
+    """The app for a prepared store, its summary query already running."""
+    prefetch = Prefetch(path)  # before Textual is imported: the query and the imports overlap
+    from ptxbench.tui.config import load_keymap
+
+    app = make_app(path, shlex.split(args.engine) if args.engine else None, args.theme, load_keymap(), prefetch=prefetch)
+    if args.theme not in app.available_themes:
+        print(f"ptxbench-tui: unknown theme {args.theme!r}; using {DEFAULT_THEME}", file=sys.stderr)
+    return app
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     try:
@@ -294,10 +149,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(EXIT_STORE)
     if args.serve:
         sys.exit(serve(args, path))
-    themes = {t.name for t in THEMES}
-    app = make_app(path, shlex.split(args.engine) if args.engine else None, args.theme, load_keymap())
-    if args.theme not in themes and args.theme not in app.available_themes:
-        print(f"ptxbench-tui: unknown theme {args.theme!r}; using {DEFAULT_THEME}", file=sys.stderr)
+    app = create_app(args, path)
     app.run()
     sys.exit(app.return_code or 0)
 

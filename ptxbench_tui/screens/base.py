@@ -6,12 +6,12 @@ from typing import TYPE_CHECKING, cast
 
 from textual.app import ComposeResult
 from textual.screen import Screen
-from textual.widgets import Footer
 
 from ptxbench.tui.widgets.common import ModeBar
+from ptxbench.tui.widgets.key_bar import KeyBar
 
 if TYPE_CHECKING:
-    from ptxbench.tui.app import PtxbenchApp
+    from ptxbench.tui.application import PtxbenchApp
 
 
 class ViewScreen(Screen):
@@ -24,7 +24,7 @@ class ViewScreen(Screen):
     def compose(self) -> ComposeResult:
         yield ModeBar(self.MODE)
         yield from self.compose_body()
-        yield Footer()
+        yield KeyBar()
 
     def compose_body(self) -> ComposeResult:
         yield from ()

@@ -35,7 +35,7 @@ def _spills(mb: browse.ModelBest) -> float | None:
     entries = [res] if "registers" in res else [v for v in res.values() if isinstance(v, dict)]
     if not entries:
         return None
-    return sum((e.get("spill_stores") or 0) + (e.get("spill_loads") or 0) for e in entries)
+    return sum((e.get("spill_stores", e.get("spill_store_bytes")) or 0) + (e.get("spill_loads", e.get("spill_load_bytes")) or 0) for e in entries)
 
 
 # metric name, getter, formatter, higher is better (None: not a number to compare)

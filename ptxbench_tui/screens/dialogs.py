@@ -9,11 +9,12 @@ from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Button, Checkbox, Footer, Input, Label, Select, Static
+from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 
 from ptxbench.engine.categories import CATEGORIES, DESCRIPTIONS, OK
 from ptxbench.tui import keys
 from ptxbench.tui.keys import KEY_NAMES
+from ptxbench.tui.widgets.key_bar import KeyBar
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ class LabelDialog(ModalScreen[LabelChoice | None]):
             with Horizontal(classes="buttons"):
                 yield Button("Save", variant="primary", id="label-save")
                 yield Button("Cancel", id="label-cancel")
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self.query_one("#label-note", Input).focus()
@@ -90,7 +91,7 @@ class PickSampleDialog(ModalScreen[int | None]):
         with Vertical(id="pick-dialog", classes="dialog"):
             yield Label(self.prompt)
             yield Input(placeholder="sample id", type="integer", id="pick-id")
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self.query_one(Input).focus()
@@ -128,7 +129,7 @@ class HelpScreen(ModalScreen[None]):
         with VerticalScroll(id="help-dialog", classes="dialog"):
             yield Label("[b]Keys here[/b]  (ctrl+p: command palette · esc: close)")
             yield Static(body, id="help-body")
-        yield Footer()
+        yield KeyBar()
 
     def action_cancel(self) -> None:
         self.dismiss(None)

@@ -8,13 +8,14 @@ from rich.markup import escape
 from textual import work
 from textual.app import ComposeResult
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from ptxbench.db import browse
 from ptxbench.tui import keys
 from ptxbench.tui.diffing import TARGET_NAMES, TARGETS, DiffOptions, diff, text_of
 from ptxbench.tui.messages import DiffReady, StoreFailed
 from ptxbench.tui.widgets.diff_view import DiffView
+from ptxbench.tui.widgets.key_bar import KeyBar
 
 CONTEXT_STEPS = (0, 1, 3, 8, 20, -1)
 
@@ -36,7 +37,7 @@ class DiffScreen(Screen):
     def compose(self) -> ComposeResult:
         yield Static("Diff — loading…", id="diff-head", classes="head")
         yield DiffView(id="diff-view")
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self.query_one(DiffView).focus()

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from textual import work
+from textual import on, work
 from textual.app import ComposeResult
-from textual.widgets import DataTable, Static
+from textual.widgets import Select, Static
 
 from ptxbench.db import browse
 from ptxbench.tui import keys
 from ptxbench.tui.messages import MetricsLoaded, ShowSamples, StoreFailed
 from ptxbench.tui.screens.base import ViewScreen
-from ptxbench.tui.widgets.common import FilterBar, FiltersChanged, Table, pct, speed
+from ptxbench.tui.widgets.common import FilterBar, pct, speed
+from ptxbench.tui.widgets.row_table import RowTable
 
 COLUMNS = ("Model", "Task", "Arch", "Level", "Samples", "Judged", "Compiled", "Correct", "Uses req.", "fast₁.₀", "Best", "Geomean")
 TRAJ_COLUMNS = ("Model", "Task", "Arch", "Level", "Traj.", "Samples", "Compiled", "Correct", "Uses req.", "fast₁.₀", "Best", "Geomean", "pass@1")
@@ -32,14 +33,13 @@ class OverviewScreen(ViewScreen):
     def compose_body(self) -> ComposeResult:
         yield FilterBar([("model", "Model"), ("task_id", "Task"), ("arch", "Arch"), ("context_level", "Level")], id="overview-filters")
         yield Static("", id="overview-status", classes="status")
-        yield Table(id="overview-table")
+        yield RowTable(id="overview-table")
 
     def on_mount(self) -> None:
         super().on_mount()
-        table = self.query_one(Table)
-        table.add_columns(*COLUMNS)
+        table = self.query_one(RowTable)
+        table.set_columns(list(COLUMNS))
         table.loading = self.ptx.cells is None
-        table.focus()
 
     def refresh_data(self) -> None:
         facets = self.ptx.facets
@@ -53,15 +53,14 @@ class OverviewScreen(ViewScreen):
         self.redraw()
 
     def redraw(self) -> None:
-        table = self.query_one(Table)
+        table = self.query_one(RowTable)
         cells = self.ptx.cells
         if cells is None:
             return
         table.loading = False
         cursor = table.cursor_row
-        table.clear(columns=True)
         if self.trajectories:
-            table.add_columns(*TRAJ_COLUMNS)
+            table.set_columns(list(TRAJ_COLUMNS), right=tuple(range(4, len(TRAJ_COLUMNS))))
             if self.metrics_rows is None:
                 table.loading = True
                 self._status("per trajectory (db.metrics): computing…")
@@ -72,31 +71,36 @@ class OverviewScreen(ViewScreen):
                 if (not f.model or r.model == f.model) and (not f.task_id or r.task == f.task_id)
                 and (not f.arch or r.arch == f.arch) and (not f.context_level or r.context == f.context_level)
             ]
-            for r in self.rows:
-                table.add_row(r.model, r.task, r.arch, r.context, str(r.trajectories), str(r.samples), pct(r.compile_rate),
-                              pct(r.correct_rate), pct(r.uses_rate), pct(r.fast.get(1.0)), speed(r.best_speedup),
-                              speed(r.geomean_speedup), pct(r.pass_at.get(1)))
+            table.set_rows([
+                (r.model, r.task, r.arch, r.context, str(r.trajectories), str(r.samples), pct(r.compile_rate),
+                 pct(r.correct_rate), pct(r.uses_rate), pct(r.fast.get(1.0)), speed(r.best_speedup),
+                 speed(r.geomean_speedup), pct(r.pass_at.get(1)))
+                for r in self.rows
+            ], cursor=cursor)
             self._status(f"{len(self.rows)} rows · per trajectory, train split, every turn (db.metrics) · m: per sample")
         else:
-            table.add_columns(*COLUMNS)
+            table.set_columns(list(COLUMNS), right=tuple(range(4, len(COLUMNS))))
             self.rows = browse.overview(cells, self.filter, by_level=self.by_level)
-            for r in self.rows:
-                table.add_row(r.model, r.task_id, r.arch, r.context_level, str(r.samples), str(r.judged), pct(r.compiled),
-                              pct(r.correct), pct(r.uses), pct(r.fast_1), speed(r.best_speedup), speed(r.geomean_speedup))
+            table.set_rows([
+                (r.model, r.task_id, r.arch, r.context_level, str(r.samples), str(r.judged), pct(r.compiled),
+                 pct(r.correct), pct(r.uses), pct(r.fast_1), speed(r.best_speedup), speed(r.geomean_speedup))
+                for r in self.rows
+            ], cursor=cursor)
             levels = "split by context level" if self.by_level else "context levels folded"
             self._status(f"{len(self.rows)} rows · per sample (latest evaluation) · {levels} · Enter: samples of a row")
-        if self.rows:
-            table.move_cursor(row=min(cursor, len(self.rows) - 1))
 
     def _status(self, text: str) -> None:
         self.query_one("#overview-status", Static).update(text)
 
     # -- events ----------------------------------------------------------------------
-    def on_filters_changed(self, event: FiltersChanged) -> None:
-        self.filter = browse.OverviewFilter(**event.values)
-        self.redraw()
+    @on(Select.Changed, "FilterBar Select")
+    def _filters_changed(self, event: Select.Changed) -> None:
+        values = self.query_one(FilterBar).user_change()
+        if values is not None:
+            self.filter = browse.OverviewFilter(**values)
+            self.redraw()
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+    def on_row_table_row_selected(self, event: RowTable.RowSelected) -> None:
         index = event.cursor_row
         if not 0 <= index < len(self.rows):
             return

@@ -13,7 +13,7 @@ from textual import work
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
+from textual.widgets import DataTable, Static, TabbedContent, TabPane
 
 from ptxbench.db import browse
 from ptxbench.engine.categories import DESCRIPTIONS
@@ -22,6 +22,7 @@ from ptxbench.tui.marks import ptx_marker, sass_marker
 from ptxbench.tui.messages import DetailLoaded, Reverify, ShowDiff, StoreFailed
 from ptxbench.tui.widgets.code_view import PtxView, SassView
 from ptxbench.tui.widgets.common import num, speed
+from ptxbench.tui.widgets.key_bar import KeyBar
 
 TABS = ("tab-ptx", "tab-sass", "tab-asm", "tab-evidence", "tab-timing", "tab-history")
 _LOG_LINE = re.compile(r"line (\d+)[;:,]")
@@ -53,18 +54,26 @@ def evidence_text(detail: browse.SampleDetail) -> str:
     lines = [f"[b]{escape(latest.category)}[/b] — {escape(DESCRIPTIONS.get(latest.category, latest.status))}"]
     if latest.stage:
         lines.append(f"stage: {escape(latest.stage)}   status: {escape(latest.status)}")
-    message = None
+    message = source = None
     if isinstance(ev, dict):
-        message = ev.get("message") or ev.get("evidence")
+        # The engine nests each stage's evidence ({"static": {"evidence": …, "line": …, "source": …}}).
+        for part in (ev, *[v for v in ev.values() if isinstance(v, dict)]):
+            message = message or part.get("message") or (part.get("evidence") if isinstance(part.get("evidence"), str) else None)
+            source = source or (part.get("source") if isinstance(part.get("source"), str) else None)
     elif isinstance(ev, str):
         message = ev
     if message:
         lines.append(f"\n[b]message[/b]  {escape(str(message))}")
+    if source:
+        lines.append(f"[b]the line[/b]     {escape(source.strip())}")
     line = evidence_line(detail)
     if line:
         lines.append(f"[b]at PTX line[/b] {line}   (g jumps there)")
-    worst = ev.get("worst") if isinstance(ev, dict) else None
-    rel = ev.get("max_rel_err") if isinstance(ev, dict) else None
+    worst = rel = None
+    if isinstance(ev, dict):
+        for part in (ev, *[v for v in ev.values() if isinstance(v, dict)]):
+            worst = worst if worst is not None else part.get("worst")
+            rel = rel if rel is not None else part.get("max_rel_err")
     wrong = [m for m in detail.measurements if m.worst]
     if worst is None and wrong:
         worst, rel = wrong[0].worst, wrong[0].max_rel_err
@@ -105,11 +114,12 @@ def resources_text(latest: browse.Evaluation | None) -> str:
         head = f"[b]{escape(name)}[/b]  " if name else ""
         regs = r.get("registers")
         smem = r.get("shared_bytes", r.get("smem_bytes", r.get("shared")))
-        spill = (r.get("spill_stores") or 0, r.get("spill_loads") or 0)
+        spill = (r.get("spill_stores", r.get("spill_store_bytes")) or 0, r.get("spill_loads", r.get("spill_load_bytes")) or 0)
         flag = "  [reverse] spills [/]" if any(spill) else ""
         out.append(f"{head}registers {regs if regs is not None else '—'} · shared {smem if smem is not None else '—'} B · "
                    f"spill stores {spill[0]} B, loads {spill[1]} B{flag}")
-        rest = {k: v for k, v in r.items() if k not in ("registers", "shared_bytes", "smem_bytes", "shared", "spill_stores", "spill_loads")}
+        rest = {k: v for k, v in r.items() if k not in ("registers", "shared_bytes", "smem_bytes", "shared", "spill_stores", "spill_loads",
+                                                         "spill_store_bytes", "spill_load_bytes", "name") and v not in ({}, None)}
         if rest:
             out.append("  " + escape(", ".join(f"{k} {v}" for k, v in rest.items())))
     if latest.warnings:
@@ -131,6 +141,7 @@ class SampleScreen(Screen):
         super().__init__()
         self.sample_id = sample_id
         self.detail: browse.SampleDetail | None = None
+        self._sass_shown = False
 
     def compose(self) -> ComposeResult:
         yield Static(f"Sample {self.sample_id} — loading…", id="sample-head", classes="head")
@@ -151,7 +162,7 @@ class SampleScreen(Screen):
             with TabPane("History", id="tab-history"):
                 with VerticalScroll():
                     yield Static("", id="sample-history")
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self.load()
@@ -183,10 +194,9 @@ class SampleScreen(Screen):
         self.query_one("#sample-head", Static).update(head)
         ptx_view = self.query_one("#sample-ptx", PtxView)
         ptx_view.show(detail.ptx, marker=ptx_marker(detail.families))
-        sass = (latest.sass if latest else None) or ""
-        self.query_one("#sample-sass", SassView).show(
-            sass or "No SASS: the kernel did not assemble, or was never evaluated.", marker=sass_marker(detail.families)
-        )
+        self._sass_shown = False
+        if self._tabs().active == "tab-sass":
+            self._show_sass()
         self.query_one("#sample-asm", Static).update(resources_text(latest))
         self.query_one("#sample-evidence", Static).update(evidence_text(detail))
         line = evidence_line(detail)
@@ -194,6 +204,21 @@ class SampleScreen(Screen):
             ptx_view.mark_evidence(line - 1)
         self._timing(detail)
         self._history(detail)
+
+    def _show_sass(self) -> None:
+        """The SASS is laid out when its tab is first opened: it can be several times longer than the PTX."""
+        if self._sass_shown or self.detail is None:
+            return
+        self._sass_shown = True
+        latest = self.detail.latest
+        sass = (latest.sass if latest else None) or ""
+        self.query_one("#sample-sass", SassView).show(
+            sass or "No SASS: the kernel did not assemble, or was never evaluated.", marker=sass_marker(self.detail.families)
+        )
+
+    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        if event.pane.id == "tab-sass":
+            self._show_sass()
 
     def _timing(self, detail: browse.SampleDetail) -> None:
         latest = detail.latest
@@ -265,6 +290,7 @@ class SampleScreen(Screen):
         tabs = self._tabs()
         if tabs.active not in ("tab-ptx", "tab-sass"):
             tabs.active = "tab-sass"
+        self._show_sass()
         view = self.query_one("#sample-sass" if tabs.active == "tab-sass" else "#sample-ptx")
         assert isinstance(view, (PtxView, SassView))
         if view.next_mark() is None:

@@ -7,13 +7,14 @@ import time
 from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import Horizontal
-from textual.widgets import DataTable, Input, Static
+from textual.widgets import Input, Select, Static
 
 from ptxbench.db import browse
 from ptxbench.tui import keys
 from ptxbench.tui.messages import CountLoaded, PageLoaded, Reverify, ShowDiff, ShowSample, StoreFailed
 from ptxbench.tui.screens.base import ViewScreen
-from ptxbench.tui.widgets.common import FilterBar, FiltersChanged, Table, num, speed
+from ptxbench.tui.widgets.common import FilterBar, num, speed
+from ptxbench.tui.widgets.row_table import RowTable
 
 PAGE_SIZE = 200
 REVERIFY_LIMIT = 500
@@ -34,6 +35,7 @@ class SamplesScreen(ViewScreen):
         self.request = 0
         self.requested_at = 0.0
         self.last_latency_ms: float | None = None  # filter change → page on screen (for the benchmark)
+        self.rows_request = 0  # the request the table shows
 
     def compose_body(self) -> ComposeResult:
         with Horizontal(id="samples-bar"):
@@ -43,13 +45,11 @@ class SamplesScreen(ViewScreen):
                 id="samples-filters",
             )
         yield Static("", id="samples-status", classes="status")
-        yield Table(id="samples-table")
+        yield RowTable(id="samples-table")
 
     def on_mount(self) -> None:
         super().on_mount()
-        table = self.query_one(Table)
-        table.add_columns(*COLUMNS)
-        table.focus()
+        self.query_one(RowTable).set_columns(list(COLUMNS), right=(0, 5, 6, 10, 11))
         self.load()
 
     def refresh_data(self) -> None:
@@ -83,20 +83,16 @@ class SamplesScreen(ViewScreen):
     def on_page_loaded(self, message: PageLoaded) -> None:
         if message.request != self.request:
             return  # an answer to an older filter
-        table = self.query_one(Table)
+        table = self.query_one(RowTable)
         keep = self.selected_id()  # stay on the same sample across a reload
-        table.clear()
+        self.rows_request = message.request
         self.rows = message.page.rows
-        for r in self.rows:
-            table.add_row(
-                str(r.id), r.task_id, r.arch, r.model, r.context_level, str(r.turn), str(r.sample_index),
-                r.category or "—", r.label or "", "★" if r.fixit else "", speed(r.speedup), num(r.time_ms), r.source[:40],
-                key=str(r.id),
-            )
-        if keep is not None:
-            index = next((i for i, r in enumerate(self.rows) if r.id == keep), None)
-            if index is not None:
-                table.move_cursor(row=index)
+        cursor = next((i for i, r in enumerate(self.rows) if r.id == keep), None)
+        table.set_rows([
+            (str(r.id), r.task_id, r.arch, r.model, r.context_level, str(r.turn), str(r.sample_index),
+             r.category or "—", r.label or "", "★" if r.fixit else "", speed(r.speedup), num(r.time_ms), r.source)
+            for r in self.rows
+        ], cursor=cursor)
         self.last_latency_ms = (time.perf_counter() - self.requested_at) * 1000
         self._status()
 
@@ -123,23 +119,26 @@ class SamplesScreen(ViewScreen):
         self.query_one("#samples-search", Input).value = flt.text
         self.load()
 
-    def on_filters_changed(self, event: FiltersChanged) -> None:
-        self.filter = self.filter.with_(**event.values)
-        self.load()
+    @on(Select.Changed, "FilterBar Select")
+    def _filters_changed(self, event: Select.Changed) -> None:
+        values = self.query_one(FilterBar).user_change()
+        if values is not None:
+            self.filter = self.filter.with_(**values)
+            self.load()
 
     @on(Input.Submitted, "#samples-search")
     def search(self, event: Input.Submitted) -> None:
         self.filter = self.filter.with_(text=event.value.strip())
         self.load()
-        self.query_one(Table).focus()
+        self.query_one(RowTable).focus()
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+    def on_row_table_row_selected(self, event: RowTable.RowSelected) -> None:
         sid = self.selected_id()
         if sid is not None:
             self.post_message(ShowSample(sid))
 
     def selected_id(self) -> int | None:
-        table = self.query_one(Table)
+        table = self.query_one(RowTable)
         if not self.rows or not 0 <= table.cursor_row < len(self.rows):
             return None
         return self.rows[table.cursor_row].id

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from textual.app import ComposeResult
 from textual.containers import Horizontal
-from textual.message import Message
 from textual.widgets import DataTable, Select, Static
 
 from ptxbench.tui import keys
@@ -60,11 +57,6 @@ class Table(DataTable):
 
     def __init__(self, *, id: str | None = None, cursor_type: str = "row") -> None:
         super().__init__(id=id, cursor_type=cursor_type, zebra_stripes=True)
-
-
-@dataclass
-class FiltersChanged(Message):
-    values: dict[str, str]
 
 
 class FilterBar(Horizontal):
@@ -125,12 +117,16 @@ class FilterBar(Horizontal):
             out[field] = value if isinstance(value, str) else ""
         return out
 
-    def on_select_changed(self, event: Select.Changed) -> None:
-        event.stop()
+    def user_change(self) -> dict[str, str] | None:
+        """The selectors' values if a person changed them since they were last set, else None.
+
+        Views call this from their own `Select.Changed` handler (the event
+        bubbles up from here) rather than waiting for a second message."""
         values = self.values()
-        if values != self._expected:
-            self._expected = values
-            self.post_message(FiltersChanged(values))
+        if values == self._expected:
+            return None
+        self._expected = values
+        return values
 
 
 def pct(x: float | None) -> str:

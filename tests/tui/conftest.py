@@ -14,7 +14,8 @@ sys.path.insert(0, str(HERE))
 
 from fixture_store import FixtureIds, build_fixture_store  # noqa: E402
 
-from ptxbench.tui.app import PtxbenchApp, make_app  # noqa: E402
+from ptxbench.tui.app import make_app  # noqa: E402
+from ptxbench.tui.application import PtxbenchApp  # noqa: E402
 
 REPLAY = HERE / "engine_replay.py"
 STREAM = HERE / "data" / "eval_stream.jsonl"

@@ -1,4 +1,4 @@
-"""A small store for the explorer's tests, and a big synthetic one for its benchmark.
+"""A small store for the explorer's tests (benchmarks/make_big_store.py makes the big one).
 
 The PTX, ptxas logs and SASS under data/ are real: the PTX was written for
 these tests and the logs and SASS are what ptxas 13.0.88 (`-arch=sm_90a -v`)
@@ -8,9 +8,7 @@ invented fixture values, and every row's `source` says "fixture".
 
 from __future__ import annotations
 
-import random
 import re
-import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -147,44 +145,3 @@ def build_fixture_store(path: Path) -> FixtureIds:
     add_label(db, Label(sample_id=wrong, author="fixture", category="wrong_result", note="fragment layout of the accumulator"))
     db.conn.close()
     return FixtureIds(expert, syntax, wgmma_ok, missing, wrong, turn2, skipped)
-
-
-# --------------------------------------------------------------------------- a big store
-
-_CATEGORIES = ["ok", "syntax", "unknown_instruction", "wrong_result", "required_missing_sass",
-               "slower_than_baseline", "illegal_address", "hang_timeout", "operand_mismatch", "nan_inf"]
-
-
-def add_synthetic_samples(path: Path, n: int, seed: int = 0) -> None:
-    """Append `n` synthetic samples with one evaluation each (for speed benchmarks only)."""
-    rng = random.Random(seed)
-    conn = sqlite3.connect(path)
-    models = [r[0] for r in conn.execute("SELECT id FROM models")]
-    runs = [(r[0], r[1]) for r in conn.execute("SELECT id, model_id FROM runs")]
-    tasks = [r[0] for r in conn.execute("SELECT id FROM tasks")]
-    code = read("wgmma_tile.ptx")
-    start = conn.execute("SELECT COALESCE(MAX(id), 0) FROM samples").fetchone()[0] + 1
-    samples, evals = [], []
-    for i in range(n):
-        sid = start + i
-        run_id, model_id = rng.choice(runs) if runs else (None, rng.choice(models))
-        cat = rng.choice(_CATEGORIES)
-        compiled = 0 if cat in ("syntax", "unknown_instruction", "operand_mismatch") else 1
-        correct = 1 if cat in ("ok", "slower_than_baseline", "required_missing_sass") else (0 if compiled else None)
-        speed = rng.lognormvariate(-0.3, 0.5) if correct else None
-        samples.append((sid, run_id, rng.choice(tasks), model_id, i % 8, 1, "ptx", code + f"// synthetic {sid}\n",
-                        f"h{sid}", "synthetic: tests/tui/fixture_store.py", NOW))
-        evals.append((sid, NOW, "synthetic", "none", "judged", cat, compiled, correct, 1 if cat != "required_missing_sass" else 0,
-                      speed, 1.0 / speed if speed else None, "synthetic"))
-    conn.executemany(
-        """INSERT INTO samples (id, run_id, task_id, model_id, sample_index, turn, language, code, content_hash, source, created_at)
-           VALUES (?,?,?,?,?,?,?,?,?,?,?)""",
-        samples,
-    )
-    conn.executemany(
-        """INSERT INTO evaluations (sample_id, created_at, engine_version, device, status, category, compiled, correct,
-                                    uses_ptx, speedup, time_ms, source) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)""",
-        evals,
-    )
-    conn.commit()
-    conn.close()

@@ -50,7 +50,7 @@ async def test_reverify_runs_the_engine_and_shows_the_new_evaluation(app_for, st
         assert [r["sample_id"] for r in live.results] == [ids.syntax_sample]
         after = evaluations(store, ids.syntax_sample)
         assert after[: len(before)] == before and len(after) == len(before) + 1  # appended, nothing rewritten
-        assert after[-1][0] == live.results[0]["evaluation_id"] and after[-1][2] == "static"
+        assert after[-1][0] == live.results[0]["evaluation_id"] and after[-1][2] == "skipped: no sm_90a device"
         # Shown when done: the sample's newest evaluation is the new one.
         await pilot.press("o")
         await settle(pilot)
@@ -149,3 +149,26 @@ async def test_a_missing_engine_is_reported(store, tmp_path, ids):
         await settle(pilot)
         log = "\n".join(str(line) for line in app.screen.query_one("#live-log").lines)
         assert "cannot start the engine" in log and not app.screen.running
+
+
+async def test_the_real_engine_judges_a_sample_statically(store, tmp_path, ids):
+    """`ptxbench eval` itself as the child process: no GPU here, so it runs the static stages."""
+    from ptxbench.tui.app import make_app
+
+    before = evaluations(store, ids.syntax_sample)
+    app = make_app(store, gpu_lock_dir=tmp_path)  # the default engine command
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        app.post_message(Reverify([ids.syntax_sample]))
+        await settle(pilot)
+        live = app.screen
+        assert live.last_exit.returncode == 0 and live.last_exit.saw_done, live.last_exit
+        assert [(r["sample_id"], r["category"]) for r in live.results] == [(ids.syntax_sample, "syntax")]
+        await pilot.press("o")
+        await settle(pilot)
+        sample = app.screen
+        assert sample.detail.latest.source == "ptxbench eval"
+        evidence = str(sample.query_one("#sample-evidence").render())
+        assert "Parsing error near" in evidence and "at PTX line 37" in evidence
+    after = evaluations(store, ids.syntax_sample)
+    assert after[:-1] == before and after[-1][1] == "syntax"

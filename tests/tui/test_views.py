@@ -19,9 +19,10 @@ from ptxbench.tui.screens.triage import TriageScreen
 from ptxbench.tui.widgets.code_view import PtxView, SassView
 from ptxbench.tui.widgets.common import FilterBar
 from ptxbench.tui.widgets.diff_view import DiffView
+from ptxbench.tui.widgets.row_table import RowTable
 
 
-def rows_of(table: DataTable) -> list[list[str]]:
+def rows_of(table) -> list[list[str]]:
     return [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
 
 
@@ -37,7 +38,7 @@ async def test_overview_filters_levels_and_drill(app_for):
         await settle(pilot)
         screen = app.screen
         assert isinstance(screen, OverviewScreen)
-        table = screen.query_one("#overview-table", DataTable)
+        table = screen.query_one("#overview-table", RowTable)
         assert table.row_count == 8
         screen.query_one(FilterBar).query_one("#filter-arch").value = "sm_100a"
         await settle(pilot)
@@ -69,11 +70,11 @@ async def test_overview_trajectory_metrics(app_for):
         await settle(pilot)
         screen = app.screen
         assert screen.trajectories and screen.metrics_rows is not None
-        table = screen.query_one("#overview-table", DataTable)
+        table = screen.query_one("#overview-table", RowTable)
         # Model a's brief GEMM is one trajectory (turn 2 follows turn 1) that ends correct.
         row = next(r for r in screen.rows if r.model == "fixture-model-a" and r.task == "gemm_bf16_sm90a" and r.context == "brief")
         assert row.trajectories == 1 and row.correct_rate == 1.0
-        assert "pass@1" in [str(c.label) for c in table.columns.values()]
+        assert "pass@1" in table.labels
 
 
 async def test_tasks_detail_expert_and_samples(app_for, ids):
@@ -149,12 +150,13 @@ async def test_sample_detail_tabs_evidence_and_marks(app_for, ids):
         await settle(pilot)
         screen = app.screen
         sass = screen.query_one("#sample-sass", SassView)
-        marked = [sass.document.get_line(i) for i in sass.marked_lines()]
-        assert any("HGMMA" in line for line in marked) and any("UTMALDG" in line for line in marked)
-        assert not any("IMAD" in line for line in marked)
+        assert sass.document.line_count == 1  # laid out when its tab opens
         await pilot.press("right_square_bracket", "m")
         await settle(pilot)
         assert screen.query_one("#sample-tabs").active == "tab-sass"
+        marked = [sass.document.get_line(i) for i in sass.marked_lines()]
+        assert any("HGMMA" in line for line in marked) and any("UTMALDG" in line for line in marked)
+        assert not any("IMAD" in line for line in marked)
         assert sass.cursor_location[0] in sass.marked_lines()
         asm = str(screen.query_one("#sample-asm").render())
         assert "registers 30" in asm and "Used 30 registers" in asm
@@ -167,7 +169,7 @@ async def test_diff_with_fix_split_target_and_noise(app_for, ids):
     async with app.run_test(size=SIZE) as pilot:
         screen = await goto(pilot, "3")
         index = next(i for i, r in enumerate(screen.rows) if r.id == ids.syntax_sample)
-        screen.query_one(DataTable).move_cursor(row=index)
+        screen.query_one("#samples-table", RowTable).move_cursor(row=index)
         await pilot.press("d")
         await settle(pilot)
         diff = app.screen
@@ -204,7 +206,7 @@ async def test_label_beside_the_automatic_category_and_fixit(app_for, store, ids
     async with app.run_test(size=SIZE) as pilot:
         screen = await goto(pilot, "3")
         index = next(i for i, r in enumerate(screen.rows) if r.id == ids.wgmma_missing)
-        screen.query_one(DataTable).move_cursor(row=index)
+        screen.query_one("#samples-table", RowTable).move_cursor(row=index)
         await pilot.press("l")
         await settle(pilot)
         dialog = app.screen

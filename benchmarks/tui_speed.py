@@ -1,0 +1,204 @@
+"""How fast the explorer is on a store of 100 000 samples.
+
+    python benchmarks/tui_speed.py                      # makes /tmp/ptxbench-tui-bench.sqlite once
+    python benchmarks/tui_speed.py --store PATH --repeat 7
+
+Prints medians (and the spread) of:
+- first paint: a fresh `ptxbench-tui` process, headless, from launch to the
+  overview table filled with the store's rates (and to the first frame);
+- filter change: the samples view, a selector changed → the new page on screen;
+  the overview (filtered in memory) the same way;
+- opening a long kernel: a sample with a ~3 000-line PTX (the attention expert
+  solution) and one with a ~5 000-line PTX (the GEMM expert), from the request
+  to the highlighted PTX painted;
+- memory: the peak RSS of an explorer process that visited every view.
+Targets (issue 5): first paint ≤ 1.0 s, filter change ≤ 100 ms, 3 000-line
+PTX ≤ 0.5 s, RSS < 300 MB. The store is synthetic (benchmarks/make_big_store.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_STORE = Path("/tmp/ptxbench-tui-bench.sqlite")
+SIZE = (160, 45)
+
+# Run in a child process: one explorer, headless, reporting what it measured as JSON.
+CHILD = r'''
+import asyncio, json, resource, sys, time
+T0 = time.perf_counter()
+# What `ptxbench-tui --db PATH` does, headless: open and check the store, start
+# the summary query, import the views, mount.
+from ptxbench.tui.app import create_app, parse_args, prepare_store
+
+MODE = sys.argv[2]
+
+async def until(pilot, check, limit=30.0):
+    start = time.perf_counter()
+    while not check():
+        await pilot.pause(0.002)
+        if time.perf_counter() - start > limit:
+            raise SystemExit("timed out")
+    return time.perf_counter()
+
+async def main():
+    args = parse_args(["--db", sys.argv[1]])
+    app = create_app(args, prepare_store(args.db))
+    out = {}
+    async with app.run_test(size=(160, 45)) as pilot:
+        out["first_frame_s"] = time.perf_counter() - T0
+        screen = app.screen
+        table = screen.query_one("#overview-table")
+        t = await until(pilot, lambda: table.row_count > 0)
+        await pilot.pause()
+        out["first_paint_s"] = time.perf_counter() - T0
+        out["overview_rows"] = table.row_count
+        if MODE == "visit":
+            for key in "2345671":
+                await pilot.press(key)
+                await app.workers.wait_for_complete()
+                await pilot.pause()
+            from ptxbench.tui.messages import ShowSample, ShowDiff
+            from ptxbench.db import browse
+            conn = browse.connect(app.db_path)
+            expert = browse.expert_sample_id(conn, "gemm_bf16_sm90a")
+            app.post_message(ShowSample(expert))
+            await app.workers.wait_for_complete(); await pilot.pause()
+            for key in ("right_square_bracket",) * 5:
+                await pilot.press(key); await pilot.pause()
+            app.post_message(ShowDiff(expert, browse.expert_sample_id(conn, "attn_fwd_sm90a")))
+            await app.workers.wait_for_complete(); await pilot.pause()
+            out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print("RESULT " + json.dumps(out), flush=True)
+
+asyncio.run(main())
+'''
+
+
+def ensure_store(path: Path, n: int) -> None:
+    if path.exists():
+        return
+    sys.path.insert(0, str(HERE))
+    from make_big_store import build
+
+    print(f"building {path} with {n:,} synthetic samples …", flush=True)
+    for part, seconds in build(path, n, 0).items():
+        print(f"  {part}: {seconds:.1f} s")
+
+
+def child(store: Path, mode: str) -> tuple[dict, float]:
+    start = time.perf_counter()
+    result = subprocess.run([sys.executable, "-c", CHILD, str(store), mode], capture_output=True, text=True, timeout=300)
+    wall = time.perf_counter() - start
+    line = next((x for x in result.stdout.splitlines() if x.startswith("RESULT ")), None)
+    if line is None:
+        raise SystemExit(f"the explorer process failed:\n{result.stdout}\n{result.stderr}")
+    return json.loads(line[7:]), wall
+
+
+async def in_process(store: Path, repeat: int) -> dict[str, list[float]]:
+    from ptxbench.db import browse
+    from ptxbench.tui.app import make_app
+    from ptxbench.tui.messages import ShowSample
+    from ptxbench.tui.screens.sample import SampleScreen
+    from ptxbench.tui.screens.samples import SamplesScreen
+    from ptxbench.tui.widgets.code_view import PtxView
+
+    out: dict[str, list[float]] = {"samples_filter_ms": [], "overview_filter_ms": [], "ptx_3k_open_ms": [], "ptx_5k_open_ms": []}
+    app = make_app(store, theme="ptxbench")
+    async with app.run_test(size=SIZE) as pilot:
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        # Overview: the filter runs over the cached cells.
+        overview = app.screen
+        arch = overview.query_one("#filter-arch")
+        for value in ["sm_90a", "sm_100a"] * repeat:
+            t = time.perf_counter()
+            arch.value = value
+            await pilot.pause()
+            out["overview_filter_ms"].append((time.perf_counter() - t) * 1000)
+        await pilot.press("3")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        samples = app.screen
+        assert isinstance(samples, SamplesScreen)
+        facets = app.facets
+        changes = [("filter-category", c) for c in facets.categories[:6]] + [("filter-model", m) for m in facets.models[:3]] \
+            + [("filter-task_id", t) for t in facets.tasks[:4]] + [("filter-context_level", lvl) for lvl in facets.levels]
+        for _ in range(max(1, repeat // 3)):
+            for select_id, value in changes:
+                request = samples.request
+                t = time.perf_counter()
+                samples.query_one(f"#{select_id}").value = value
+                while samples.request == request or samples.rows_request != samples.request:
+                    await pilot.pause(0.001)
+                await pilot.pause()
+                out["samples_filter_ms"].append((time.perf_counter() - t) * 1000)
+            samples.action_clear_filters()
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+        conn = browse.connect(store)
+        for key, task in (("ptx_3k_open_ms", "attn_fwd_sm90a"), ("ptx_5k_open_ms", "gemm_bf16_sm90a")):
+            sid = browse.expert_sample_id(conn, task)
+            for _ in range(repeat):
+                t = time.perf_counter()
+                app.post_message(ShowSample(sid))
+                while not (isinstance(app.screen, SampleScreen) and app.screen.detail is not None):
+                    await pilot.pause(0.001)
+                await pilot.pause()  # one frame: the highlighted lines painted
+                out[key].append((time.perf_counter() - t) * 1000)
+                lines = app.screen.query_one("#sample-ptx", PtxView).document.line_count
+                out.setdefault(key + "_lines", [lines])
+                app.pop_screen()
+                await pilot.pause()
+    return out
+
+
+def describe(values: list[float], unit: str) -> str:
+    med = statistics.median(values)
+    return f"median {med:.3g} {unit} (min {min(values):.3g}, max {max(values):.3g}, n={len(values)})"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--store", type=Path, default=DEFAULT_STORE)
+    parser.add_argument("-n", "--samples", type=int, default=100_000)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    ensure_store(args.store, args.samples)
+    count = __import__("sqlite3").connect(args.store).execute("SELECT COUNT(*) FROM samples").fetchone()[0]
+    print(f"store: {args.store} ({count:,} samples, {args.store.stat().st_size / 1e6:.0f} MB)")
+
+    firsts, frames, walls = [], [], []
+    child(args.store, "paint")  # one warm-up run: the OS page cache, compiled bytecode
+    for _ in range(args.repeat):
+        result, wall = child(args.store, "paint")
+        firsts.append(result["first_paint_s"])
+        frames.append(result["first_frame_s"])
+        walls.append(wall)
+    print(f"first frame (process start → app mounted):           {describe(frames, 's')}")
+    print(f"first paint (process start → overview rates shown):  {describe(firsts, 's')}   target ≤ 1.0 s")
+    print(f"  (whole process incl. interpreter start and exit:    {describe(walls, 's')})")
+
+    import asyncio
+
+    measured = asyncio.run(in_process(args.store, args.repeat))
+    print(f"filter change, samples view (SQL page):               {describe(measured['samples_filter_ms'], 'ms')}   target ≤ 100 ms")
+    print(f"filter change, overview (cached cells):               {describe(measured['overview_filter_ms'], 'ms')}")
+    print(f"open a {measured['ptx_3k_open_ms_lines'][0]}-line PTX (request → painted):        {describe(measured['ptx_3k_open_ms'], 'ms')}   target ≤ 500 ms")
+    print(f"open a {measured['ptx_5k_open_ms_lines'][0]}-line PTX (request → painted):        {describe(measured['ptx_5k_open_ms'], 'ms')}")
+
+    result, _ = child(args.store, "visit")
+    print(f"peak RSS after visiting every view, a 5k-line sample and a diff: {result['peak_rss_mb']:.0f} MB   target < 300 MB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
