@@ -187,15 +187,19 @@ def _where(flt: SampleFilter, fts: FtsTables) -> tuple[str, list[Any], bool]:
     if flt.text.strip():
         query = fts_query(flt.text)
         alternatives: list[str] = []
-        if fts.samples:
+        if fts.samples and query:
             alternatives.append(f"s.id IN (SELECT rowid FROM {_quote_ident(fts.samples)} WHERE {_quote_ident(fts.samples)} MATCH ?)")
             params.append(query)
-        if fts.evaluations:
+        if fts.evaluations and query:
             alternatives.append(
                 "s.id IN (SELECT ev.sample_id FROM evaluations ev WHERE ev.id IN "
                 f"(SELECT rowid FROM {_quote_ident(fts.evaluations)} WHERE {_quote_ident(fts.evaluations)} MATCH ?))"
             )
             params.append(query)
+        if not alternatives and (fts.samples or fts.evaluations):
+            # Only quotes and stars, no word (`""`, `**`): FTS5 refuses an empty MATCH, and, as in
+            # search_samples, such a search finds nothing.
+            alternatives.append("0")
         if not alternatives:
             # No index in this store: a plain scan still answers, only slower.
             alternatives.append("(instr(s.code, ?) > 0 OR instr(s.source, ?) > 0)")

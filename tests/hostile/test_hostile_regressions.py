@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from ptxbench.engine.extract import load_candidate_file
 from ptxbench.engine.static import judge_static
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
 CONTROL = (HERE / "gpu" / "control_ok.ptx").read_text()
 
 
@@ -60,3 +62,25 @@ def test_cuda_cannot_include_files_of_the_judging_machine():
     assert include_problem('#include <cuda_bf16.h>\n#include "cuda/barrier"\n#include <cstdint>\n') is None
     ok = assemble("#include <cuda_bf16.h>\n" + KERNEL_CU, "cuda", "sm_90a")
     assert ok.category == "ok", ok.evidence
+
+
+def test_a_search_of_only_quotes_or_stars_finds_nothing_instead_of_failing(tmp_path):
+    """The explorer's search turned `""` or `**` into an empty FTS5 MATCH, which SQLite refuses
+    ("fts5: syntax error"): the samples view showed an error and no page."""
+    from hostile_store import build_store
+
+    from ptxbench.db import browse
+
+    store = tmp_path / "store.sqlite"
+    build_store(store, 4)
+    conn = browse.connect(store, cached=False)
+    try:
+        for text in ('""', "**", '"" **', '"'):
+            flt = browse.SampleFilter(text=text)
+            assert browse.sample_page(conn, flt).rows == []
+            assert browse.sample_count(conn, flt) == 0
+            assert browse.sample_ids(conn, flt) == []
+        assert browse.sample_count(conn, browse.SampleFilter(text="wgmma")) == 0
+        assert browse.sample_count(conn, browse.SampleFilter(text="add.rn.f32")) == 3
+    finally:
+        conn.close()
