@@ -31,6 +31,7 @@ app.command("run")(run_command)
 app.command("import")(import_command)
 app.command("report")(report_command)
 app.command("eval")(eval_command)
+app.add_typer(__import__("ptxbench.cli.fixit", fromlist=["app"]).app, name="fixit")
 
 
 if __name__ == "__main__":

@@ -282,7 +282,8 @@ def fixit_pairs(
 
 def fixit_stats(db: Store) -> dict[str, Any]:
     """What the store holds for Fixit: pairs per category, task, arch, kind, verification and
-    explanation source; failed samples with and without a fix; the last export's statistics."""
+    explanation source; how many failed samples (failing on train sizes, or only on held-out
+    sizes) there are and how many have a verified pair; the last export's statistics."""
     conn = _conn(db)
     pairs = stored_pairs(conn, include_code=False)
     counted = [p for p in pairs if p.counts()]
@@ -295,10 +296,11 @@ def fixit_stats(db: Store) -> dict[str, Any]:
            WHERE sample_id = s.id)
            LEFT JOIN runs r ON r.id = s.run_id
            LEFT JOIN models m ON m.id = COALESCE(s.model_id, r.model_id)
-           WHERE e.category NOT IN ('ok', 'slower_than_baseline') AND e.category NOT LIKE 'skipped:%'
-             AND COALESCE(m.kind, '') != 'expert'"""
+           WHERE COALESCE(m.kind, '') != 'expert' AND e.category NOT LIKE 'skipped:%'
+             AND (e.category NOT IN ('ok', 'slower_than_baseline')
+                  OR (e.correct = 1 AND e.correct_heldout = 0))"""
     ).fetchone()[0]
-    with_fix = len({p.failed.id for p in pairs})
+    with_fix = len({p.failed.id for p in counted if p.failed.failure})
     last = get_meta(db if isinstance(db, sqlite_utils.Database) else sqlite_utils.Database(conn), EXPORT_META_KEY)
     return {
         "pairs": len(pairs),
@@ -306,7 +308,7 @@ def fixit_stats(db: Store) -> dict[str, Any]:
         "gpu_verified": sum(1 for p in pairs if p.verification == GPU_VERIFIED),
         "unverified": sum(1 for p in pairs if not p.counts()),
         "failed_samples": failed_total,
-        "failed_with_a_pair": with_fix,
+        "failed_with_a_verified_pair": with_fix,
         "per_category": table(p.category for p in counted),
         "per_task": table(p.task_id for p in counted),
         "per_arch": table(p.arch for p in counted),

@@ -132,7 +132,7 @@ def test_explorer_queries_on_a_read_only_connection(built):
     stats = fixit_stats(conn)
     assert stats["pairs"] == 4 and stats["verified"] == 3 and stats["unverified"] == 1
     assert stats["per_kind"] == {"later_turn": 1, "mutation": 1, "same_model": 1}
-    assert stats["failed_samples"] == 4 and stats["failed_with_a_pair"] == 4
+    assert stats["failed_samples"] == 4 and stats["failed_with_a_verified_pair"] == 3
     assert stats["last_export"] == {"path": "out.jsonl", "all": {"pairs": 3}}
     conn.close()
 
