@@ -46,6 +46,20 @@ def evidence_line(detail: browse.SampleDetail) -> int | None:
     return None
 
 
+def evidence_message(ev: Any) -> tuple[str | None, str | None]:
+    """(message, offending source line) from an evaluation's evidence.
+
+    The engine nests each stage's evidence ({"static": {"evidence": …, "line": …, "source": …}})."""
+    message = source = None
+    if isinstance(ev, dict):
+        for part in (ev, *[v for v in ev.values() if isinstance(v, dict)]):
+            message = message or part.get("message") or (part.get("evidence") if isinstance(part.get("evidence"), str) else None)
+            source = source or (part.get("source") if isinstance(part.get("source"), str) else None)
+    elif isinstance(ev, str):
+        message = ev
+    return message, source
+
+
 def evidence_text(detail: browse.SampleDetail) -> str:
     latest = detail.latest
     if latest is None:
@@ -54,14 +68,7 @@ def evidence_text(detail: browse.SampleDetail) -> str:
     lines = [f"[b]{escape(latest.category)}[/b] — {escape(DESCRIPTIONS.get(latest.category, latest.status))}"]
     if latest.stage:
         lines.append(f"stage: {escape(latest.stage)}   status: {escape(latest.status)}")
-    message = source = None
-    if isinstance(ev, dict):
-        # The engine nests each stage's evidence ({"static": {"evidence": …, "line": …, "source": …}}).
-        for part in (ev, *[v for v in ev.values() if isinstance(v, dict)]):
-            message = message or part.get("message") or (part.get("evidence") if isinstance(part.get("evidence"), str) else None)
-            source = source or (part.get("source") if isinstance(part.get("source"), str) else None)
-    elif isinstance(ev, str):
-        message = ev
+    message, source = evidence_message(latest.evidence)
     if message:
         lines.append(f"\n[b]message[/b]  {escape(str(message))}")
     if source:
@@ -191,6 +198,12 @@ class SampleScreen(Screen):
                 f" · turn {detail.turn} · [b]{escape(verdict)}[/b]{escape(label)}{fixit}\n"
                 f"[dim]{escape(detail.source)} · requested: {', '.join(detail.families) or 'none'}"
                 f"{' · device ' + escape(latest.device) if latest and latest.device else ''}[/]")
+        if latest and latest.category != "ok":
+            message, _ = evidence_message(latest.evidence)
+            line = evidence_line(detail)
+            if message:
+                where = f" (PTX line {line}; g jumps there)" if line else ""
+                head += f"\n[b $text-error]{escape(latest.category)}[/]: {escape(str(message)[:300])}{where}"
         self.query_one("#sample-head", Static).update(head)
         ptx_view = self.query_one("#sample-ptx", PtxView)
         ptx_view.show(detail.ptx, marker=ptx_marker(detail.families))

@@ -40,7 +40,7 @@ ROLE_VARIABLES: dict[str, tuple[str, str]] = {
     "operator": ("text-error", "bold"),
     "error": ("text-error", "reverse"),
     "marked": ("warning-muted", "bold"),  # background of lines/opcodes to look at
-    "evidence": ("error-muted", ""),  # background of the line a message points at
+    "evidence": ("error-muted", ""),  # the line a message points at (see role_styles)
 }
 
 
@@ -63,8 +63,12 @@ def role_styles(variables: dict[str, str]) -> dict[str, Style]:
     for role, (fallback, attrs) in ROLE_VARIABLES.items():
         color = resolve_color(variables, f"ptx-{role}") or resolve_color(variables, fallback)
         hex_color = color.hex6 if color else None
-        if role in ("marked", "evidence"):
+        if role == "marked":
             styles[role] = Style.parse(f"{attrs} on {hex_color}" if hex_color else f"{attrs} reverse")
+        elif role == "evidence":
+            # Red text on a red-tinted ground: it stays visible under the cursor line's background.
+            fg = resolve_color(variables, "text-error")
+            styles[role] = Style.parse(f"bold {fg.hex6 if fg else 'red'} on {hex_color}" if hex_color else "bold reverse")
         else:
             styles[role] = Style.parse(f"{attrs} {hex_color}".strip() if hex_color else (attrs or "none"))
     return styles
@@ -140,6 +144,8 @@ class CodeView(TextArea):
             tab_behavior="focus",
         )
         self.cursor_blink = False
+        # The cursor line's theme style would paint over the evidence and family shading.
+        self.highlight_cursor_line = False
         self._highlighter = LazyHighlighter(text, self.LEXER(stripnl=False, ensurenl=False))
         self._text_cache: dict[int, Text] = {}
         self._styles: dict[str, Style] | None = None

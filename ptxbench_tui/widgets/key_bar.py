@@ -8,7 +8,7 @@ time a view opened; one line of text costs nothing.
 
 from __future__ import annotations
 
-from rich.markup import escape
+from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import Static
 
@@ -64,5 +64,9 @@ class KeyBar(Static):
     def update_keys(self) -> None:
         if not self.is_attached:
             return
-        parts = [f"[b $footer-key-foreground]{escape(k)}[/] {escape(d)}" for k, d in self.entries()]
-        self.update("  ".join(parts) + "  [b $footer-key-foreground]^p[/] palette")
+        key_style = "bold $footer-key-foreground"
+        parts: list[tuple[str, str] | str] = []
+        for key, description in [*self.entries(), ("^p", "palette")]:
+            parts += [(key, key_style), f" {description}  "]
+        # Content, not markup: keys such as "[" must not be read as tags.
+        self.update(Content.assemble(*parts))
