@@ -1,4 +1,4 @@
-"""Fixes in the engine found by the hostile corpus, each shown by a small direct test."""
+"""Fixes in the engine and the store found by the hostile corpus, each shown by a small direct test."""
 
 from __future__ import annotations
 
