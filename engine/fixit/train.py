@@ -186,10 +186,21 @@ def _autocast(device: Any) -> Any:
 
 # -- encoding examples ------------------------------------------------------------------------------
 
+def check_checkpoint(model_dir: Path | str) -> Path:
+    path = Path(model_dir)
+    if not (path / "config.json").is_file():
+        raise TrainingError(f"{path} is not a model checkpoint folder (no config.json)")
+    return path
+
+
 def load_tokenizer(model_dir: Path | str) -> Any:
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+    path = check_checkpoint(model_dir)
+    try:
+        tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise TrainingError(f"cannot load the tokenizer in {path}: {exc}") from None
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     if not getattr(tok, "chat_template", None):
@@ -317,9 +328,7 @@ def load_base(model_dir: Path | str, device: Any = None) -> Any:
     from transformers import AutoModelForCausalLM
 
     quiet_transformers()
-    path = Path(model_dir)
-    if not (path / "config.json").is_file():
-        raise TrainingError(f"{path} is not a model checkpoint folder (no config.json)")
+    path = check_checkpoint(model_dir)
     try:
         model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True)
     except (OSError, ValueError) as exc:
