@@ -1,6 +1,12 @@
 """Judge every expert solution and every mutation variant, and write the result as seed data.
 
     python scripts/record_seed.py --out db/seed/recorded.json --report results/seed-<stamp>.md
+    python scripts/record_seed.py --relabel db/seed/recorded.json --report results/seed-<stamp>.md
+
+`--relabel` rewrites only the descriptive fields of a recorded file (each
+variant's source and fix explanation) from the current tasks/mutations.toml,
+matching variants by their code and manifest, and drops variants the file no
+longer defines; the recorded evaluations are left exactly as measured.
 
 On a machine with a GPU of a task's architecture the full pipeline runs
 (assemble, inspect, run, verify, time against the library); elsewhere only
@@ -64,11 +70,16 @@ def evaluation_entry(sample_key: str, judgement: Any, source: str, stamp: str, k
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--relabel", type=Path, help="a recorded seed file to relabel in place")
     ap.add_argument("--report", type=Path)
     ap.add_argument("--static", action="store_true", help="static stages only, even with a GPU")
     ap.add_argument("--only", help="comma-separated mutation ids or task ids to judge (default: all)")
     args = ap.parse_args()
+    if args.relabel:
+        return relabel(args.relabel, args.report)
+    if args.out is None:
+        ap.error("--out or --relabel is required")
 
     now = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
     stamp = now.isoformat()
@@ -108,7 +119,7 @@ def main() -> int:
             print(f"{m.id}: the mutated manifest does not parse: {exc}", file=sys.stderr)
             return 1
         candidate = Candidate("ptx", variant.code, manifest, m.source)
-        j = judge(candidate, m.task, gpu=not args.static)
+        j = judge(candidate, m.task, gpu=not args.static, sizes=mutation_sizes(m.task))
         key = f"mutation:{m.id}"
         seed["samples"].append({
             "seed_key": key, "task_id": m.task, "model": "mutation", "language": "ptx", "code": variant.code,
@@ -130,19 +141,98 @@ def main() -> int:
     )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(seed, indent=1, sort_keys=True, default=str) + "\n")
-    matched = sum(1 for _, want, got, _, _ in table if want == got)
-    print(f"{len(table)} judged, {matched} as expected; wrote {args.out}")
     if args.report:
-        lines = [
-            f"# Expert solutions and mutations judged ({stamp})", "",
-            f"Made by `python {script} --out {args.out}` on {device_name or platform.node()}.", "",
-            "| sample | expected | got | speedup | seconds |", "|---|---|---|---|---|",
-            *[f"| {a} | {b} | {c} | {d} | {e} |" for a, b, c, d, e in table], "",
-            f"{matched} of {len(table)} got the expected category.", "",
-        ]
-        args.report.parent.mkdir(parents=True, exist_ok=True)
-        args.report.write_text("\n".join(lines))
+        write_report(args.report, seed, f"python {script} --out {args.out}")
+    print(f"wrote {args.out}")
     return 0
+
+
+def _variant_key(code: str, manifest: Any) -> tuple[str, str]:
+    return code, json.dumps(manifest, sort_keys=True)
+
+
+def relabel(path: Path, report: Path | None) -> int:
+    seed = json.loads(path.read_text())
+    by_code = {}
+    for m in mutations.load_mutations():
+        v = mutations.apply(m)
+        by_code[_variant_key(v.code, json.loads(v.manifest) if v.manifest else None)] = m
+    kept, fixes = [], []
+    for sample in seed["samples"]:
+        m = by_code.get(_variant_key(sample["code"], sample.get("manifest")))
+        if m is None:
+            print(f"dropped {sample['seed_key']}: tasks/mutations.toml no longer makes this variant")
+            continue
+        old_key, key = sample["seed_key"], f"mutation:{m.id}"
+        sample["seed_key"], sample["source"] = key, m.source
+        for e in sample["evaluations"]:
+            e["seed_key"] = e["seed_key"].replace(old_key, key, 1)
+        kept.append(sample)
+        stamp = sample.get("created_at")
+        fixes.append({
+            "seed_key": f"fix:{m.id}", "failed": key, "fixed": f"expert:{m.task}", "explanation": m.fix,
+            "explanation_source": "written with the mutation (tasks/mutations.toml)",
+            "source": "tasks/mutations.toml", "created_at": stamp,
+        })
+    seed["samples"], seed["fixes"] = kept, fixes
+    path.write_text(json.dumps(seed, indent=1, sort_keys=True, default=str) + "\n")
+    print(f"{len(kept)} variants kept in {path}")
+    if report:
+        write_report(report, seed, f"python scripts/record_seed.py --relabel {path}")
+    return 0
+
+
+def write_report(path: Path, seed: dict[str, Any], command: str) -> None:
+    """A table of what each expert and variant got, against what each variant was made to show."""
+    expected = {f"mutation:{m.id}": m for m in mutations.load_mutations()}
+    rows, matched = [], 0
+
+    def cells(e: dict[str, Any]) -> tuple[str, str]:
+        held = sorted({m["category"] for m in e.get("measurements", []) if m["split"] == "heldout"})
+        speed = f"{e['speedup']:.3f}" if e.get("speedup") else "–"
+        return ", ".join(held) or "–", speed
+
+    for e in seed["evaluations"]:
+        held, speed = cells(e)
+        tflops = f"{e['tflops']:.0f}" if e.get("tflops") and e["tflops"] > 10 else "–"
+        rows.append(f"| {e['sample']} | – | {e['status']} | {e['category']} | {held} | {speed} | {tflops} |")
+    for s in seed["samples"]:
+        e, m = s["evaluations"][0], expected.get(s["seed_key"])
+        held, speed = cells(e)
+        got = held if m is not None and m.shows_at == "heldout" else e["category"]
+        ok = m is not None and m.expect in got.split(", ")
+        matched += ok
+        want = f"{m.expect} ({m.shows_at})" if m else "?"
+        rows.append(f"| {s['seed_key']} | {want} | {e['status']} | {e['category']} | {held} | {speed} | – |"
+                    + ("" if ok else " ≠"))
+    lines = [
+        "# Expert solutions and mutation variants, judged", "",
+        seed.get("description", ""), "",
+        f"Made by `{command}`. Mutations are judged at the smallest train size, the headline",
+        "size (timed) and the smallest held-out size; experts at every size.", "",
+        "| sample | made to show | status | category (train) | held-out | speedup | TFLOP/s |",
+        "|---|---|---|---|---|---|---|", *rows, "",
+        f"{matched} of {len(seed['samples'])} variants show the category they were made to show "
+        "(≠ marks the others).", "",
+    ]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines))
+
+
+def mutation_sizes(task_id: str) -> list[tuple[str, dict[str, int]]]:
+    """A variant is judged on the smallest train and held-out sizes and timed at the headline size:
+    enough to show its defect (the held-out sizes catch bound errors) at a fraction of the cost."""
+    from ptxbench.tasks.spec import get_task
+
+    task = get_task(task_id)
+    by_split: dict[str, list[dict[str, int]]] = {}
+    for split, sizes in task.all_sizes():
+        by_split.setdefault(split, []).append(dict(sizes))
+    picked = [("train", by_split["train"][0])]
+    if dict(task.headline) != picked[0][1]:
+        picked.append(("train", dict(task.headline)))
+    picked += [("heldout", by_split["heldout"][0])] if by_split.get("heldout") else []
+    return picked
 
 
 def _speed(j: Any) -> str:

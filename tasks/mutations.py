@@ -41,6 +41,9 @@ class Mutation:
     expect: str  # the category the defect should produce (the recorded evaluation says what did)
     fix: str  # why the expert's version works: the explanation stored with the fix pair
     edits: tuple[Edit, ...]
+    # "heldout": the defect shows only at held-out sizes (a generalization failure: the
+    # train verdict is ok and the held-out measurements carry `expect`).
+    shows_at: str = "train"
 
     @property
     def source(self) -> str:
@@ -82,7 +85,10 @@ def load_mutations(path: Path = MUTATIONS_FILE) -> list[Mutation]:
                     count=int(e.get("count", 1)),
                 )
             )
-        out.append(Mutation(m["id"], m["task"], m["what"], m["expect"], m["fix"].strip(), tuple(edits)))
+        shows_at = m.get("shows_at", "train")
+        if shows_at not in ("train", "heldout"):
+            raise MutationError(f"{where}: shows_at must be train or heldout")
+        out.append(Mutation(m["id"], m["task"], m["what"], m["expect"], m["fix"].strip(), tuple(edits), shows_at))
     return out
 
 
