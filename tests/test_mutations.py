@@ -31,3 +31,24 @@ def test_a_pattern_that_no_longer_matches_fails_loudly(tmp_path):
     m = next(m for m in mutations.load_mutations() if m.id == "add-wrong-op")
     with pytest.raises(mutations.MutationError, match="matched 0 times"):
         mutations.apply(m, tmp_path)
+
+
+def test_the_recorded_seed_matches_the_corpus():
+    """Every variant has a recorded evaluation made from exactly the code it makes today.
+
+    When an expert solution or a mutation changes, the GPU recording must be redone
+    (scripts/record_seed.py), or the store would show evaluations of other code.
+    """
+    seed = json.loads((mutations.SOLUTIONS_DIR.parents[1] / "db" / "seed" / "recorded-h200.json").read_text())
+    recorded = {s["seed_key"]: s for s in seed["samples"]}
+    for m in mutations.load_mutations():
+        sample = recorded.get(f"mutation:{m.id}")
+        assert sample is not None, f"{m.id} has no recorded evaluation"
+        v = mutations.apply(m)
+        assert sample["code"] == v.code and sample["manifest"] == (json.loads(v.manifest) if v.manifest else None), m.id
+        evaluation = sample["evaluations"][0]
+        got = evaluation["category"] if m.shows_at == "train" else {
+            x["category"] for x in evaluation["measurements"] if x["split"] == "heldout"}
+        assert m.expect == got or m.expect in got, (m.id, m.expect, got)
+    experts = {e["sample"] for e in seed["evaluations"]}
+    assert {f"expert:{t}" for t in {m.task for m in mutations.load_mutations()}} <= experts
