@@ -721,10 +721,11 @@ def triage(all_cells: list[Cell], dimension: str = "model", *, include_ok: bool 
     counts: dict[str, dict[str, int]] = {}
     columns: set[str] = set()
     for c in all_cells:
-        if c.category is None or (c.category == "ok" and not include_ok) or c.skipped == c.samples:
+        # A verdict reached by the static stages stands even when the GPU stages were skipped.
+        if c.category is None or (c.category == "ok" and not include_ok):
             continue
         by = counts.setdefault(c.category, {})
-        by[pick(c)] = by.get(pick(c), 0) + c.samples - c.skipped
+        by[pick(c)] = by.get(pick(c), 0) + c.samples
         columns.add(pick(c))
     ordered = sorted(columns)
     rows = [

@@ -29,7 +29,7 @@ class BindingCommands(Provider):
                 continue
             seen.add(ident)
             shown = self.app.get_key_display(binding) if binding.key_display is None else binding.key_display
-            help_text = f"[{KEY_NAMES.get(key, shown)}] {binding.tooltip}".rstrip()
+            help_text = f"key {KEY_NAMES.get(key, shown)}" + (f" · {binding.tooltip}" if binding.tooltip else "")
             run = partial(self.app.call_later, self.app.run_action, binding.action, active.node)
             out.append((name, help_text, run))
         return sorted(out, key=lambda c: c[0])

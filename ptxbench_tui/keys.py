@@ -35,6 +35,7 @@ _REGISTRY: list[tuple[str, str, str, str, str, str, bool]] = [
     # -- tasks ---------------------------------------------------------------------
     ("tasks", "tasks.samples", "s", "task_samples", "Samples", "Samples of this task", True),
     ("tasks", "tasks.expert", "e", "open_expert", "Expert", "Open the expert solution as a sample", True),
+    ("tasks", "tasks.prompt", "p", "cycle_prompt", "Prompt level", "Show the prompt at context level none, brief or full", True),
     ("tasks", "tasks.prev_tab", "left_square_bracket", "prev_tab", "Prev tab", "", True),
     ("tasks", "tasks.next_tab", "right_square_bracket", "next_tab", "Next tab", "", True),
     # -- samples -------------------------------------------------------------------

@@ -8,6 +8,7 @@ from rich.markup import escape
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.content import Content
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 
@@ -118,14 +119,15 @@ class HelpScreen(ModalScreen[None]):
         self.under = under
 
     def compose(self) -> ComposeResult:
-        rows = []
+        parts: list[tuple[str, str] | str] = []
         for key, active in sorted(self.under.active_bindings.items(), key=lambda kv: kv[1].binding.description):
             b = active.binding
             if not b.description:
                 continue
             shown = KEY_NAMES.get(key, key)
-            rows.append(f"[b]{escape(shown):>8}[/b]  {escape(b.description):<16} [dim]{escape(b.tooltip)}[/]")
-        body = "\n".join(rows)
+            # Content, not markup: keys such as "[" must not be read as tags.
+            parts += [(f"{shown:>10}", "bold"), f"  {b.description:<16} ", (b.tooltip, "dim"), "\n"]
+        body = Content.assemble(*parts)
         with VerticalScroll(id="help-dialog", classes="dialog"):
             yield Label("[b]Keys here[/b]  (ctrl+p: command palette · esc: close)")
             yield Static(body, id="help-body")

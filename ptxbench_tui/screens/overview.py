@@ -87,7 +87,10 @@ class OverviewScreen(ViewScreen):
                 for r in self.rows
             ], cursor=cursor)
             levels = "split by context level" if self.by_level else "context levels folded"
-            self._status(f"{len(self.rows)} rows · per sample (latest evaluation) · {levels} · Enter: samples of a row")
+            hint = "Enter: samples of a row"
+            if self.rows and not any(r.judged or r.skipped for r in self.rows):
+                hint = "nothing judged yet: in Samples (3) press R to judge them all (static stages where there is no GPU)"
+            self._status(f"{len(self.rows)} rows · per sample (latest evaluation) · {levels} · {hint}")
 
     def _status(self, text: str) -> None:
         self.query_one("#overview-status", Static).update(text)

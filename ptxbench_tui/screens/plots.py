@@ -149,8 +149,9 @@ class PlotsScreen(ViewScreen):
             plot.set_ylimits(0, 1.05)
             plot.set_ylabel("share of sizes judged ok")
         n = sum(len(v) for v in data.speedups.values())
+        empty = " (speedups come from the GPU stages: none timed yet)" if n == 0 else ""
         self.query_one("#plots-status", Static).update(
-            f"{self.task_id or 'all tasks'} · {n:,} correct samples with a speedup · \\[ and ] switch plots"
+            f"{self.task_id or 'all tasks'} · {n:,} correct samples with a speedup{empty} · \\[ and ] switch plots"
         )
 
     @on(Select.Changed, "#plots-task")

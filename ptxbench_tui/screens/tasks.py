@@ -42,22 +42,25 @@ def expert_file_code(task: browse.TaskRow) -> str:
     return ""
 
 
-def prompt_text(task: browse.TaskRow) -> str:
-    """The prompt a model sees, where this build can make one."""
+def prompt_text(task: browse.TaskRow, level: str) -> str:
+    """The prompt a model sees at this context level (system and user message), from the task's spec."""
     try:
-        from ptxbench.tasks import prompts  # type: ignore[attr-defined]
+        from ptxbench.tasks.prompts import build_prompt
+        from ptxbench.tasks.spec import get_task
     except ImportError:
         return ""
-    build = getattr(prompts, "build_prompt", None)
-    if build is None:
+    try:
+        spec = get_task(task.id)
+    except Exception:  # noqa: BLE001 - a task in the store that the repository does not ship
         return ""
     try:
-        return str(build(task.id, "brief"))
+        prompt = build_prompt(spec, level)
     except Exception as exc:  # noqa: BLE001 - a prompt that cannot be built is reported, not fatal
         return f"(the prompt could not be built: {exc})"
+    return f"[system]\n{prompt.system}\n[user]\n{prompt.user}\n({prompt.version})"
 
 
-def about_text(task: browse.TaskRow, prompt: str) -> str:
+def about_text(task: browse.TaskRow, prompt: str, level: str) -> str:
     spec = task.spec
     out = [f"[b]{escape(task.title)}[/b]  ({escape(task.id)}, {task.arch}, operation {escape(task.operation)})",
            f"requested families: [b]{escape(', '.join(task.families) or 'none')}[/b]"]
@@ -81,8 +84,8 @@ def about_text(task: browse.TaskRow, prompt: str) -> str:
     if spec.get("tolerance"):
         out.append(f"tolerance: {escape(json.dumps(spec['tolerance']))}")
     out.append(f"\n[dim]source: {escape(task.source)} · expert: {escape(task.expert_path or '—')}[/]")
-    out.append("\n[b]prompt[/b] (context level brief)")
-    out.append(escape(prompt) if prompt else "[dim]No prompt builder in this build; the description above is what the prompt states.[/]")
+    out.append(f"\n[b]prompt[/b] at context level [b]{level}[/b] (p: none / brief / full)")
+    out.append(escape(prompt) if prompt else "[dim]No prompt for this task in this repository; the description above is what it states.[/]")
     return "\n".join(out)
 
 
@@ -96,6 +99,7 @@ class TasksScreen(ViewScreen):
         self.tasks: list[browse.TaskRow] = []
         self.current: browse.TaskRow | None = None
         self.expert_sample: int | None = None
+        self.prompt_level = "brief"
 
     def compose_body(self) -> ComposeResult:
         with Horizontal(id="tasks-split"):
@@ -157,14 +161,14 @@ class TasksScreen(ViewScreen):
                 detail = browse.sample_detail(conn, sid)
                 code = detail.ptx if detail else ""
             code = code or expert_file_code(task)
-            self.post_message(TaskDetailLoaded(task, code, sid, prompt_text(task)))
+            self.post_message(TaskDetailLoaded(task, code, sid, prompt_text(task, self.prompt_level)))
         except Exception as exc:  # noqa: BLE001
             self.post_message(StoreFailed(f"task {task.id}: {exc}"))
 
     def on_task_detail_loaded(self, message: TaskDetailLoaded) -> None:
         self.current = message.task
         self.expert_sample = message.expert_sample
-        self.query_one("#task-about-text", Static).update(about_text(message.task, message.prompt))
+        self.query_one("#task-about-text", Static).update(about_text(message.task, message.prompt, self.prompt_level))
         self.query_one("#task-expert-ptx", PtxView).show(
             message.expert_code or "// No expert solution ships for this task.", marker=ptx_marker(message.task.families)
         )
@@ -185,6 +189,13 @@ class TasksScreen(ViewScreen):
             self.notify("No expert sample of this task in the store.")
             return
         self.post_message(ShowSample(self.expert_sample))
+
+    def action_cycle_prompt(self) -> None:
+        levels = ("none", "brief", "full")
+        self.prompt_level = levels[(levels.index(self.prompt_level) + 1) % len(levels)]
+        if self.current is not None:
+            self._tabs().active = "task-about"
+            self.load_detail(self.current)
 
     def _tabs(self) -> TabbedContent:
         return self.query_one("#task-tabs", TabbedContent)

@@ -53,7 +53,7 @@ class TriageScreen(ViewScreen):
         n = sum(total for _, total, _ in self.table_data.rows)
         what = "all verdicts" if self.include_ok else "failures"
         self.query_one("#triage-status", Static).update(
-            f"{n:,} {what} by [b]{self.dimension}[/b] (latest evaluation of each sample; hardware skips left out)"
+            f"{n:,} {what} by [b]{self.dimension}[/b] (latest evaluation of each sample, static verdicts included where the GPU stages were skipped)"
         )
         self._describe()
 
