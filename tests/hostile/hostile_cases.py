@@ -44,6 +44,7 @@ class Case:
     make_manifest: str | None = None
     sizes: tuple[tuple[str, dict[str, int]], ...] | None = None
     honest_max_speedup: float | None = None
+    sass: dict[str, int] | None = None
     no_marker: bool = False
     must_not_read: str | None = None
     max_seconds: float | None = None

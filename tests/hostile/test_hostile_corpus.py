@@ -13,6 +13,7 @@ from hostile_cases import GENERATORS, HERE, STAGES, cases, load_cases
 from ptxbench.engine.assemble import assemble
 from ptxbench.engine.categories import CATEGORIES, OK
 from ptxbench.engine.extract import load_candidate_file
+from ptxbench.engine.inspect import disassemble
 from ptxbench.engine.pipeline import plan_sizes
 from ptxbench.tasks.spec import get_task, task_ids
 
@@ -74,6 +75,21 @@ def test_gpu_case_reaches_the_gpu(case, asm_cache):
                                 sizes=list(case.sizes) if case.sizes else [("train", {"N": 65536})])
     assert not decided, [(m.category, m.message) for m in decided]
     assert plans
+
+
+SASS_CHECKED = [c for c in GPU if c.sass]
+
+
+@pytest.mark.parametrize("case", SASS_CHECKED, ids=[c.id for c in SASS_CHECKED])
+def test_the_hostile_operation_survives_ptxas(case, asm_cache):
+    """ptxas removes what it can prove useless (a first version of misaligned_vector_load lost its
+    vector load that way and would have passed as correct): the machine code must still hold it."""
+    asm = assemble((HERE / case.file).read_text(), "ptx", get_task(case.task).arch, cache=asm_cache)
+    assert asm.cubin is not None, asm.evidence
+    sass = disassemble(asm.cubin, cache=asm_cache)
+    for pattern, count in case.sass.items():
+        found = len(re.findall(pattern, sass))
+        assert found >= count, f"{case.id}: {pattern!r} {found} times in the SASS (want {count})"
 
 
 def test_the_timed_cases_run_at_the_headline_size():
