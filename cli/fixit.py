@@ -275,6 +275,7 @@ def export(
     dedup_threshold: Annotated[float, typer.Option("--dedup-threshold", min=0.5, max=1.0)] = 0.9,
     allow_static: Annotated[bool, typer.Option("--allow-static", help="also pairs whose fix passed statically only")] = False,
     context: Annotated[Optional[str], typer.Option("--context", help="prompt level (default: each failed sample's run's)")] = None,
+    explanation: Annotated[str, typer.Option("--explanation", help="preferred (a model's, then one written with the data, then derived) or derived")] = "preferred",
     seed: Annotated[int, typer.Option("--seed")] = 0,
     as_json: JsonOpt = False,
 ) -> None:
@@ -290,6 +291,8 @@ def export(
 
     if context is not None and context not in ("none", "brief", "full"):
         _fail("--context must be none, brief or full")
+    if explanation not in ("preferred", "derived"):
+        _fail("--explanation must be preferred or derived")
     if not out.parent.is_dir():
         _fail(f"{out.parent} is not a folder")
     _tasks(heldout_task)
@@ -305,12 +308,13 @@ def export(
     found = stored_pairs(store, task_ids=_tasks(task))
     attach_feedback(store, [p.failed for p in found])
     selection = select_pairs(found, config)
-    examples = build_examples(selection, context=context)
+    examples = build_examples(selection, context=context, explanation=explanation)
     write_jsonl(out, examples)
     if parquet is not None:
         write_parquet(parquet, examples)
     stats = diversity_stats(examples, selection)
     stats["files"] = {"jsonl": str(out), "parquet": str(parquet) if parquet else None}
+    stats["explanation"] = explanation
     stats["dropped_pairs"] = [{"failed": p.failed.id, "fixed": p.fixed.id, "reason": r} for p, r in selection.dropped]
     out.with_name(out.name.removesuffix(".jsonl") + ".stats.json").write_text(json.dumps(stats, indent=2, default=str))
     save_export_stats(store, {k: v for k, v in stats.items() if k != "dropped_pairs"}, str(out))

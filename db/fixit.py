@@ -305,7 +305,7 @@ def fixit_stats(db: Store) -> dict[str, Any]:
     return {
         "pairs": len(pairs),
         "verified": len(counted),
-        "gpu_verified": sum(1 for p in pairs if p.verification == GPU_VERIFIED),
+        "gpu_verified": sum(1 for p in counted if p.verification == GPU_VERIFIED),
         "unverified": sum(1 for p in pairs if not p.counts()),
         "failed_samples": failed_total,
         "failed_with_a_verified_pair": with_fix,

@@ -64,6 +64,17 @@ def test_exact_and_near_duplicates_are_dropped_and_distinct_bugs_kept():
     assert sorted(s.pair.failed.id for s in strict.chosen) == [1, 3, 4]
 
 
+def test_a_fix_that_only_renames_a_register_is_a_change():
+    # found on the recorded mutation corpus: with register numbers erased, renaming the undeclared
+    # %rd99 back to %rd54 looked like no change at all, and the pair passed for a near copy of another
+    fixed = rec(100, "vector_add_smoke", VADD, category="ok", kind="expert", model="expert")
+    pairs = [pair_of(rec(i, "vector_add_smoke", mutation(mid)[1].code, category=cat), fixed, "mutation")
+             for i, (mid, cat) in enumerate((("add-dropped-store", "unwritten_output"),
+                                             ("add-undeclared-register", "undefined_symbol")))]
+    sel = select_pairs(pairs, SelectConfig(val_fraction=0))
+    assert len(sel.chosen) == 2 and sel.dropped == []
+
+
 def test_preferred_copy_survives_deduplication():
     fixed = rec(100, "vector_add_smoke", VADD, category="ok", kind="expert", model="expert")
     _, wrong = mutation("add-wrong-op")

@@ -30,6 +30,7 @@ FORMAT_VERSION = 1
 DEFAULT_CONTEXT = "brief"   # for samples made outside a run (mutations, imports)
 
 PromptFor = Callable[[str, str], tuple[str, str]]  # (task id, context level) → (system, user)
+EXPLANATIONS = ("preferred", "derived")  # the pair's preferred explanation, or always the one derived from the diff
 
 
 def task_prompt(task_id: str, context: str) -> tuple[str, str]:
@@ -67,20 +68,24 @@ class Example:
         return sum(len(m["content"]) for m in self.messages)
 
 
-def build_example(chosen: Selected, *, prompt_for: PromptFor = task_prompt, context: str | None = None) -> Example:
+def build_example(chosen: Selected, *, prompt_for: PromptFor = task_prompt, context: str | None = None,
+                  explanation: str = "preferred") -> Example:
+    if explanation not in EXPLANATIONS:
+        raise ValueError(f"explanation must be one of {', '.join(EXPLANATIONS)}, got {explanation!r}")
     pair = chosen.pair
     f, g = pair.failed, pair.fixed
     level = context or (f.context_level if f.run_id is not None else DEFAULT_CONTEXT)
     system, user = prompt_for(f.task_id, level)
     heldout = chosen.split == "heldout"
-    explanation = pair.explanation if pair.explanation and pair.explanation.strip() else derived_explanation(pair)
-    source = pair.explanation_source if pair.explanation and pair.explanation.strip() else "derived from diff"
+    stored = pair.explanation if explanation == "preferred" and pair.explanation and pair.explanation.strip() else None
+    text = stored or derived_explanation(pair)
+    source = pair.explanation_source if stored else "derived from diff"
     messages = [
         {"role": "system", "content": system},
         {"role": "user", "content": user},
         {"role": "assistant", "content": candidate_text(f)},
         {"role": "user", "content": judgement_text(f, include_heldout=heldout)},
-        {"role": "assistant", "content": explanation.strip() + "\n\n" + candidate_text(g)},
+        {"role": "assistant", "content": text.strip() + "\n\n" + candidate_text(g)},
     ]
     meta = {
         "format": FORMAT_VERSION,
@@ -106,11 +111,11 @@ def build_example(chosen: Selected, *, prompt_for: PromptFor = task_prompt, cont
     return Example(f"fixit-{chosen.key[:16]}", chosen.split, messages, meta)
 
 
-def build_examples(selection: Selection, *, prompt_for: PromptFor = task_prompt,
-                   context: str | None = None) -> list[Example]:
+def build_examples(selection: Selection, *, prompt_for: PromptFor = task_prompt, context: str | None = None,
+                   explanation: str = "preferred") -> list[Example]:
     order = {"train": 0, "val": 1, "heldout": 2}
     chosen = sorted(selection.chosen, key=lambda s: (order[s.split], s.pair.task_id, s.key))
-    return [build_example(s, prompt_for=prompt_for, context=context) for s in chosen]
+    return [build_example(s, prompt_for=prompt_for, context=context, explanation=explanation) for s in chosen]
 
 
 def write_jsonl(path: Path | str, examples: Iterable[Example]) -> int:

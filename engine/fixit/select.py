@@ -8,7 +8,7 @@ In order:
 3. exact duplicates (same task, same normalised failed and fixed code) and
    near duplicates (same task, shingle Jaccard ≥ threshold of the failed
    code, *and* the same change: Jaccard ≥ threshold of the changed lines, or
-   one line apart) are dropped, the preferred copy kept;
+   one line apart with a line in common) are dropped, the preferred copy kept;
 4. the held-out split: whole tasks or variants held out (`heldout_tasks`,
    `heldout_variants` such as `causal` or `sm_100a`), and failures that show
    only at held-out problem sizes;
@@ -108,9 +108,13 @@ class _Features:
 def _features(pair: Pair) -> _Features:
     f, g = pair.failed, pair.fixed
     failed_text = f.code if f.language != "none" else (f.response or "")
-    key = content_key(pair.task_id, normalize_ptx(failed_text, f.manifest), normalize_ptx(g.code, g.manifest))
-    fl, gl = abstract_lines(failed_text, f.manifest), abstract_lines(g.code, g.manifest)
-    return _Features(pair, key, shingles(fl), shingles(gl), edit_signature(fl, gl))
+    failed_norm, fixed_norm = normalize_ptx(failed_text, f.manifest), normalize_ptx(g.code, g.manifest)
+    key = content_key(pair.task_id, failed_norm, fixed_norm)
+    # What the fix changes is read with registers renumbered, not erased: a fix that only
+    # renames a register (an undeclared one) is still a change.
+    edit = edit_signature(failed_norm.split("\n"), fixed_norm.split("\n"))
+    return _Features(pair, key, shingles(abstract_lines(failed_text, f.manifest)),
+                     shingles(abstract_lines(g.code, g.manifest)), edit)
 
 
 def _near(a: frozenset, b: frozenset, t: float) -> bool:
@@ -118,9 +122,10 @@ def _near(a: frozenset, b: frozenset, t: float) -> bool:
 
 
 def _near_edit(a: frozenset, b: frozenset, t: float) -> bool:
-    """Two fixes make nearly the same change: Jaccard ≥ t, or they differ by a single line
-    (edits are small sets, where one extra line would swing the Jaccard far below t)."""
-    return len(a ^ b) <= 1 or _near(a, b, t)
+    """Two fixes make nearly the same change: Jaccard ≥ t, or they share a changed line and
+    differ by a single one (edits are small sets, where one extra line would swing the
+    Jaccard far below t)."""
+    return _near(a, b, t) or (len(a ^ b) <= 1 and not a.isdisjoint(b))
 
 
 def _contained(part: frozenset, whole: frozenset, t: float) -> bool:

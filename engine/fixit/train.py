@@ -54,12 +54,17 @@ def require_training_stack() -> None:
 
 # -- the corpus, the tokenizer and the tiny model ---------------------------------------------------
 
-def ptx_corpus(extra: Iterable[str] = ()) -> list[str]:
-    """The expert solutions' PTX and CUDA (the repository's own kernels), plus `extra` texts."""
+def ptx_corpus(extra: Iterable[str] = (), *, exclude_tasks: Iterable[str] = ()) -> list[str]:
+    """The expert solutions' PTX and CUDA (the repository's own kernels), plus `extra` texts.
+    Held-out tasks belong in `exclude_tasks`: a base model pre-trained on their kernels would
+    have seen what it is later measured on."""
     from ptxbench.tasks.spec import all_tasks
 
+    skip = set(exclude_tasks)
     texts: list[str] = []
     for spec in all_tasks():
+        if spec.id in skip:
+            continue
         folder = spec.expert_dir()
         if folder is None:
             continue
@@ -106,6 +111,7 @@ class TinyConfig:
     pretrain_seq: int = 256
     pretrain_batch: int = 8
     pretrain_lr: float = 3e-3
+    pretrain_max_s: float | None = None   # stop pre-training early after this many seconds
 
 
 def build_tiny_checkpoint(out_dir: Path | str, texts: Sequence[str], config: TinyConfig = TinyConfig(), *,
@@ -155,7 +161,10 @@ def _pretrain(model: Any, tokenizer: Any, texts: Sequence[str], config: TinyConf
     model.to(device).train()
     opt = torch.optim.AdamW(model.parameters(), lr=config.pretrain_lr, weight_decay=0.0)
     losses = []
+    started = time.perf_counter()
     for step in range(config.pretrain_steps):
+        if config.pretrain_max_s is not None and step and time.perf_counter() - started > config.pretrain_max_s:
+            break
         starts = torch.randint(0, len(ids) - seq, (config.pretrain_batch,), generator=gen)
         batch = torch.stack([data[s:s + seq] for s in starts.tolist()]).to(device)
         lr = config.pretrain_lr * min(1.0, (step + 1) / 20) * 0.5 * (1 + math.cos(math.pi * step / config.pretrain_steps))
@@ -169,7 +178,8 @@ def _pretrain(model: Any, tokenizer: Any, texts: Sequence[str], config: TinyConf
         opt.zero_grad(set_to_none=True)
         losses.append(loss.item())
     model.eval()
-    return {"steps": config.pretrain_steps, "seq": seq, "corpus_tokens": len(ids),
+    return {"steps": len(losses), "seq": seq, "corpus_tokens": len(ids),
+            "seconds": round(time.perf_counter() - started, 2),
             "loss_first": round(sum(losses[:5]) / min(5, len(losses)), 4),
             "loss_last": round(sum(losses[-5:]) / min(5, len(losses)), 4)}
 
@@ -291,6 +301,7 @@ class TrainConfig:
     grad_clip: float = 1.0
     seed: int = 0
     device: str | None = None       # None: cuda when there is one, else cpu
+    max_seconds: float | None = None  # stop early after this many seconds of steps (the report says how many ran)
 
 
 @dataclass
@@ -370,6 +381,8 @@ def train_lora(data: Path | str | Sequence[Example], model_dir: Path | str, out_
     started = time.perf_counter()
     model.train()
     for step in range(config.steps):
+        if config.max_seconds is not None and step and time.perf_counter() - started > config.max_seconds:
+            break
         batch = [encoded[rng.randrange(len(encoded))] for _ in range(config.batch_size)]
         ids, labels, mask = (t.to(device) for t in _collate(batch, tokenizer.pad_token_id))
         for g in opt.param_groups:
@@ -396,12 +409,12 @@ def train_lora(data: Path | str | Sequence[Example], model_dir: Path | str, out_
     head = losses[:5]
     tail = losses[-5:]
     report = TrainReport(
-        model_dir=str(model_dir), adapter_dir=str(out), device=str(device), steps=config.steps,
+        model_dir=str(model_dir), adapter_dir=str(out), device=str(device), steps=len(losses),
         seconds=round(seconds, 2), examples_train=len(train), examples_val=len(val), trainable_params=trainable,
         total_params=total, loss_first=round(sum(head) / len(head), 4), loss_last=round(sum(tail) / len(tail), 4),
         val_loss_before=None if val_before is None else round(val_before, 4),
         val_loss_after=None if val_after is None else round(val_after, 4),
-        tokens_learned_per_step=round(learned / max(1, config.steps), 1), losses=losses,
+        tokens_learned_per_step=round(learned / max(1, len(losses)), 1), losses=losses,
         config={k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(config).items()},
     )
     (out / REPORT_NAME).write_text(json.dumps(report.to_dict(), indent=2))
