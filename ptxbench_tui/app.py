@@ -24,33 +24,38 @@ EXIT_STORE = 2
 
 
 class Prefetch:
-    """The overview's summary of the store, computed in a thread from startup."""
+    """The overview's summary of the store, from a thread started before Textual loads.
+
+    A summary saved by an earlier start (summary_cache.py) is offered when the
+    store has not changed; the app then re-reads it after the first paint."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.result: tuple | None = None
+        self.cached: tuple | None = None
+        self.fresh: tuple | None = None
         self.error: Exception | None = None
         self.thread = threading.Thread(target=self._run, name="ptxbench-prefetch", daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
-        from ptxbench.db import browse
+        from ptxbench.tui import summary_cache
 
         try:
-            conn = browse.connect(self.path, cached=False)
-            try:
-                self.result = (browse.cells(conn), browse.facets(conn))
-            finally:
-                conn.close()
+            self.cached = summary_cache.cached(self.path)
+            if self.cached is None:
+                self.fresh = summary_cache.compute(self.path)
         except Exception as exc:  # noqa: BLE001 - handed to the app, which shows it
             self.error = exc
 
-    def take(self) -> tuple:
+    def take(self) -> tuple[tuple, bool]:
+        """(summary, whether it is the saved one): the app re-reads a saved one after the first paint."""
         self.thread.join()
         if self.error is not None:
             raise self.error
-        assert self.result is not None
-        return self.result
+        if self.cached is not None:
+            return self.cached, True
+        assert self.fresh is not None
+        return self.fresh, False
 
 
 def make_app(

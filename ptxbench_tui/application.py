@@ -86,27 +86,28 @@ class PtxbenchApp(App[int]):
 
     @work(thread=True, exclusive=True, group="cells", exit_on_error=False, description="store summary")
     def load_cells(self) -> None:
+        from ptxbench.tui import summary_cache
+
         prefetch, self._prefetch = self._prefetch, None
         try:
             if prefetch is not None:
                 # Started before Textual was imported: usually done by now.
-                self.post_message(CellsLoaded(*prefetch.take()))
+                summary, saved = prefetch.take()
+                self.post_message(CellsLoaded(*summary, saved=saved))
                 return
-            conn = browse.connect(self.db_path, cached=False)
-            try:
-                cells = browse.cells(conn)
-                facets = browse.facets(conn)
-            finally:
-                conn.close()
+            self.post_message(CellsLoaded(*summary_cache.compute(self.db_path)))
         except Exception as exc:  # noqa: BLE001 - a store that breaks while open is reported, not fatal
             self.post_message(StoreFailed(str(exc)))
-            return
-        self.post_message(CellsLoaded(cells, facets))
 
     def on_cells_loaded(self, message: CellsLoaded) -> None:
+        if message.cells == self.cells and message.facets == self.facets:
+            return
         self.cells = message.cells
         self.facets = message.facets
         self.data_version += 1
+        if message.saved:
+            # Shown from the last start's summary; read the store again once this frame is painted.
+            self.call_after_refresh(self.load_cells)
 
     def on_store_failed(self, message: StoreFailed) -> None:
         self.notify(message.error, title="Store", severity="error", timeout=8)

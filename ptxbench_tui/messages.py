@@ -21,6 +21,7 @@ from ptxbench.db import browse
 class CellsLoaded(Message):
     cells: list[browse.Cell]
     facets: browse.Facets
+    saved: bool = False  # the summary saved by an earlier start: re-read after the first paint
 
 
 @dataclass

@@ -3,14 +3,18 @@ own functions (copied fresh for every test), and the app factory."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
+# The explorer saves its store summary in the user's cache; tests keep theirs apart.
+os.environ["PTXBENCH_CACHE_DIR"] = tempfile.mkdtemp(prefix="ptxbench-tui-test-cache-")
 
 from fixture_store import FixtureIds, build_fixture_store  # noqa: E402
 

@@ -103,3 +103,23 @@ def test_plot_data(conn):
     assert sorted(data.speedups["fixture-model-b"]) == [0.58, 0.64]
     assert data.by_level["fixture-model-a"]["full"][1] == 1.0
     assert data.by_split["fixture-model-b"] == {"train": 1.0, "heldout": 1.0}
+
+
+def test_the_summary_is_reused_only_while_the_store_is_unchanged(store, ids):
+    from ptxbench.db.records import Evaluation
+    from ptxbench.db.writes import add_evaluation
+    from ptxbench.tui import summary_cache
+    from ptxbench.tui.app import Prefetch
+
+    assert summary_cache.cached(store) is None
+    first, saved = Prefetch(store).take()
+    assert not saved
+    again, saved = Prefetch(store).take()
+    assert saved and again == first  # offered from the saved summary
+    assert summary_cache.compute(store) == again
+    db = open_store(store)
+    add_evaluation(db, Evaluation(sample_id=ids.syntax_sample, engine_version="t", status="judged", category="ok", source="test"))
+    db.conn.close()
+    assert summary_cache.cached(store) is None  # a new evaluation: the saved summary no longer applies
+    changed, saved = Prefetch(store).take()
+    assert not saved and "syntax" not in {c.category for c in changed[0] if c.model == "mutation"}
