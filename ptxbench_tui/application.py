@@ -85,7 +85,7 @@ class PtxbenchApp(App[int]):
         self.notify("Re-reading the store…")
 
     @work(thread=True, exclusive=True, group="cells", exit_on_error=False, description="store summary")
-    def load_cells(self) -> None:
+    def load_cells(self, recheck: bool = False) -> None:
         from ptxbench.tui import summary_cache
 
         prefetch, self._prefetch = self._prefetch, None
@@ -95,19 +95,19 @@ class PtxbenchApp(App[int]):
                 summary, saved = prefetch.take()
                 self.post_message(CellsLoaded(*summary, saved=saved))
                 return
-            self.post_message(CellsLoaded(*summary_cache.compute(self.db_path)))
+            self.post_message(CellsLoaded(*summary_cache.compute(self.db_path), recheck=recheck))
         except Exception as exc:  # noqa: BLE001 - a store that breaks while open is reported, not fatal
             self.post_message(StoreFailed(str(exc)))
 
     def on_cells_loaded(self, message: CellsLoaded) -> None:
-        if message.cells == self.cells and message.facets == self.facets:
+        if message.recheck and message.cells == self.cells and message.facets == self.facets:
             return
         self.cells = message.cells
         self.facets = message.facets
         self.data_version += 1
         if message.saved:
             # Shown from the last start's summary; read the store again once this frame is painted.
-            self.call_after_refresh(self.load_cells)
+            self.call_after_refresh(self.load_cells, True)
 
     def on_store_failed(self, message: StoreFailed) -> None:
         self.notify(message.error, title="Store", severity="error", timeout=8)

@@ -22,6 +22,7 @@ class CellsLoaded(Message):
     cells: list[browse.Cell]
     facets: browse.Facets
     saved: bool = False  # the summary saved by an earlier start: re-read after the first paint
+    recheck: bool = False  # that re-read: nothing to redraw when it found the same
 
 
 @dataclass

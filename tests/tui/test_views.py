@@ -348,3 +348,20 @@ async def test_every_theme_colours_ptx(app_for, ids, theme):
         styles = ptx.styles_by_role
         colours = {styles[r].color.name for r in ("opcode", "family", "type", "comment", "register") if styles[r].color}
         assert len(colours) >= 3, (theme, colours)
+
+
+async def test_start_from_the_saved_summary(store, tmp_path):
+    from conftest import replay_cmd
+
+    from ptxbench.tui import summary_cache
+    from ptxbench.tui.app import Prefetch, make_app
+
+    expected = summary_cache.compute(store)  # what an earlier start saved
+    prefetch = Prefetch(store)
+    app = make_app(store, engine_cmd=replay_cmd(), gpu_lock_dir=tmp_path, prefetch=prefetch)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert prefetch.cached is not None and prefetch.fresh is None  # shown from the saved summary
+        assert (app.cells, app.facets) == expected
+        assert app.data_version == 1  # re-read after the first paint, found the same, drew nothing again
+        assert app.screen.query_one("#overview-table", RowTable).row_count == 8
