@@ -365,3 +365,69 @@ async def test_start_from_the_saved_summary(store, tmp_path):
         assert (app.cells, app.facets) == expected
         assert app.data_version == 1  # re-read after the first paint, found the same, drew nothing again
         assert app.screen.query_one("#overview-table", RowTable).row_count == 8
+
+
+async def test_the_remaining_actions(app_for, store, ids):
+    """Keys not exercised above, each with the state it must change."""
+    from ptxbench.tui.messages import ShowSample
+    from ptxbench.tui.screens.live import LiveScreen
+
+    app = app_for()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        # Tasks: the prompt's context level cycles.
+        tasks = await goto(pilot, "2")
+        await pilot.press("p")
+        await settle(pilot)
+        assert tasks.prompt_level == "full"
+        # A sample: diff, label dialog, Fixit mark, re-verify — from the sample's own view.
+        app.post_message(ShowSample(ids.wgmma_missing))
+        await settle(pilot)
+        await pilot.press("f")
+        await settle(pilot)
+        assert app.screen.detail.label.fixit_candidate
+        await pilot.press("l")
+        await settle(pilot)
+        assert type(app.screen).__name__ == "LabelDialog"
+        await pilot.press("escape")
+        await settle(pilot)
+        await pilot.press("d")
+        await settle(pilot)
+        diff = app.screen
+        assert isinstance(diff, DiffScreen) and diff.right == ids.wgmma_ok
+        await pilot.press("g", "w", "left_curly_bracket")
+        await settle(pilot)
+        assert diff.options.registers and not diff.options.whitespace and diff.options.context == 1
+        await pilot.press("escape")
+        await pilot.press("r")
+        await settle(pilot)
+        live = app.screen
+        assert isinstance(live, LiveScreen) and [r["sample_id"] for r in live.results] == [ids.wgmma_missing]
+        await pilot.press("c")
+        assert live.results == [] and live.query_one("#live-results", DataTable).row_count == 0
+        # Triage: the Fixit list.
+        await pilot.press("4", "F")
+        await settle(pilot)
+        assert app.screen.filter.fixit_only and [r.id for r in app.screen.rows] == [ids.wgmma_missing]
+        # Compare: open the column's sample.
+        compare = await goto(pilot, "5")
+        compare.query_one("#compare-task").value = "gemm_bf16_sm90a"
+        await settle(pilot)
+        compare.query_one(DataTable).move_cursor(column=1)
+        await pilot.press("o")
+        await settle(pilot)
+        assert isinstance(app.screen, SampleScreen) and app.screen.sample_id == compare.ordered()[0].sample_id
+        await pilot.press("escape")
+        # App: reload, the theme picker, quit.
+        version = app.data_version
+        await pilot.press("ctrl+r")
+        await settle(pilot)
+        assert app.data_version == version + 1
+        await pilot.press("T")
+        await settle(pilot)
+        assert type(app.screen).__name__ == "CommandPalette"
+        await pilot.press("escape")
+        await settle(pilot)
+        await pilot.press("q")
+        await pilot.pause()
+    assert app.return_code == 0
