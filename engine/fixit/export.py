@@ -23,7 +23,7 @@ from typing import Any
 
 from ptxbench.engine.fixit.explain import derived_explanation
 from ptxbench.engine.fixit.judgement import judgement_text
-from ptxbench.engine.fixit.records import FixitSample, Pair
+from ptxbench.engine.fixit.records import FixitSample
 from ptxbench.engine.fixit.select import Selected, Selection
 
 FORMAT_VERSION = 1

@@ -35,6 +35,17 @@ def _log_lines(log: str | None) -> list[str]:
     return errors[:MAX_LOG_LINES]
 
 
+def evidence_of(sample: FixitSample) -> tuple[str, int | None, str]:
+    """(message, line, source line) of the engine's evidence, in either of the shapes the store
+    holds: flat (`message`, `line`, `source_line`) or under `static` (`evidence`, `line`, `source`)."""
+    ev = sample.evidence or {}
+    static = ev.get("static") if isinstance(ev.get("static"), dict) else {}
+    message = ev.get("message") or static.get("evidence") or ""
+    line = ev.get("line") if isinstance(ev.get("line"), int) else static.get("line")
+    source = ev.get("source_line") or static.get("source") or ""
+    return str(message), line if isinstance(line, int) else None, str(source)
+
+
 def judgement_text(sample: FixitSample, *, include_heldout: bool = False, closing: bool = True) -> str:
     """The engine's verdict on `sample` in words, ending with the request to fix it."""
     if sample.feedback and not include_heldout:
@@ -52,19 +63,20 @@ def judgement_text(sample: FixitSample, *, include_heldout: bool = False, closin
         if reason:
             out.append(f"No kernel could be taken from the reply: {reason}.")
     elif stage == "assemble":
-        where = f" at line {ev['line']}" if ev.get("line") else ""
+        message, line, source = evidence_of(sample)
+        where = f" at line {line}" if line else ""
         tool = "nvcc" if cat == "cuda_compile_error" else "ptxas"
-        out.append(f"{tool} rejected it for {sample.arch}{where}: {ev.get('message', '')}".rstrip())
-        if ev.get("source_line"):
-            out.append(f"That line reads: `{ev['source_line']}`")
+        out.append(f"{tool} rejected it for {sample.arch}{where}: {message}".rstrip().rstrip(":") + ".")
+        if source:
+            out.append(f"That line reads: `{source.strip()}`")
         log = _log_lines(sample.assembler_log)
         if log:
             out.append("Assembler output:\n```\n" + "\n".join(log) + "\n```")
     elif stage == "requirement":
         missing = ", ".join(sample.required_missing) or "(not recorded)"
         out.append(f"Requested instruction families missing: {missing}.")
-    elif ev.get("message"):
-        out.append(str(ev["message"]))
+    elif evidence_of(sample)[0]:
+        out.append(evidence_of(sample)[0])
     train = sample.train_sizes()
     if train and stage not in ("extract", "assemble"):
         out.append("Results at the checked sizes:\n" + "\n".join(_size_line(m) for m in train))

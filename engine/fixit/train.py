@@ -236,8 +236,6 @@ def encode_example(tokenizer: Any, messages: list[dict[str, str]], max_len: int)
 
 
 def _batches(encoded: list[tuple[list[int], list[int]]], pad_id: int, size: int) -> Iterable[tuple[Any, Any, Any]]:
-    import torch
-
     for i in range(0, len(encoded), size):
         chunk = encoded[i:i + size]
         yield _collate(chunk, pad_id)
