@@ -77,6 +77,7 @@ class Kernel:
     fn: Any                     # cupy Function
     handle: Any                 # driver.CUfunction
     shared_limit: int = DEFAULT_SHARED_LIMIT
+    non_portable_cluster: bool = False
 
     def param_sizes(self) -> list[int] | None:
         """Byte size of each parameter as the cubin declares it (None where the driver cannot say)."""
@@ -99,6 +100,14 @@ class Kernel:
             self.handle, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes),
             f"{self.entry}: raising the dynamic shared memory limit to {nbytes} bytes", phase="launch")
         self.shared_limit = nbytes
+
+    def allow_cluster(self, blocks: int) -> None:
+        """Clusters above 8 blocks (up to 16 on Hopper) need the kernel's non-portable opt-in."""
+        if blocks > 8 and not self.non_portable_cluster:
+            check(driver.cuFuncSetAttribute(
+                self.handle, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
+                f"{self.entry}: allowing a non-portable cluster of {blocks} blocks", phase="launch")
+            self.non_portable_cluster = True
 
 
 class Module:
@@ -261,6 +270,7 @@ def prepare_launch(kernel: Kernel, plan: LaunchPlan, ptrs: dict[str, int], tmaps
         else:
             storage.append(_CT_SCALAR[a.dtype](a.value))
     pointers = (ctypes.c_void_p * max(1, len(storage)))(*[ctypes.addressof(s) for s in storage])
+    kernel.allow_cluster(int(np.prod(plan.cluster)))
     config = driver.CUlaunchConfig()
     config.gridDimX, config.gridDimY, config.gridDimZ = (int(v) for v in plan.grid)
     config.blockDimX, config.blockDimY, config.blockDimZ = (int(v) for v in plan.block)

@@ -31,6 +31,8 @@ from ptxbench.engine.gpu.launch import (
 )
 from ptxbench.engine.gpu.protocol import Fatal, Job, JobResult, SizePlan, SizeResult, TimingResult, TrialResult
 from ptxbench.engine.gpu.timing import estimate_timing_seconds, time_interleaved
+
+FRESH_SEED_OFFSET = 1_000_003  # the re-check's draw: far from any trial seed
 from ptxbench.engine.gpu.verify import verify
 from ptxbench.tasks.spec import TaskSpec, get_task
 
@@ -224,14 +226,22 @@ class Session:
             except Exception as exc:  # the library refusing a shape is a note, not a verdict
                 baseline_note = f"baseline unavailable: {exc}"
 
-        def before_last(k: int) -> None:
+        # The last timed launch runs on a draw none of the trials used, in buffers it has seen:
+        # a kernel that memoises results by address or by content is caught by the re-check.
+        fresh = self.cache.get(task, plan.sizes, FRESH_SEED_OFFSET + max(plan.seeds))
+        scratch_init = {s.name: s.init for s in plan.scratch}
+
+        def before_each(k: int) -> None:
             for buf in trials[k].arena.by_role("output"):
                 buf.poison()
+
+        def before_last(k: int) -> None:
+            trials[k].arena.fill(fresh.inputs, scratch_init)
 
         try:
             timed = time_interleaved(self.stream, self.flush_buffer(job.timing.flush_bytes),
                                      [tr.run for tr in trials], baselines, job.timing,
-                                     lambda: self.sync(f"size {index} timing"), before_last)
+                                     lambda: self.sync(f"size {index} timing"), before_last, before_each)
         except CudaFailure as exc:
             if exc.sticky:
                 raise JobEnded(Fatal(exc.category, f"during timing: {exc}", index, exc.code,
@@ -239,7 +249,7 @@ class Session:
             raise
         self._phase(emit, "verify", index, TRUSTED_DEADLINE_S, False)
         last = trials[timed.last_set]
-        recheck = verify(last.arena, last.data.inputs, last.data.reference, task.tolerance.metric, tolerances)
+        recheck = verify(last.arena, fresh.inputs, fresh.reference, task.tolerance.metric, tolerances)
         flops = task.flops(plan.sizes)
         c = timed.candidate
         result = TimingResult(

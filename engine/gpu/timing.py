@@ -5,8 +5,10 @@ Each repetition: flush L2 by writing a buffer of at least twice its size
 event; then the same for the baseline. Repetitions rotate through the trial's
 input sets (different seeds, each in its own buffers), so neither side can be
 served from a result or a cache line left by the previous repetition. Before
-the last repetition the candidate's outputs are poisoned again, so the re-check
-afterwards sees what that launch wrote. Warm-up runs first; the number of
+every candidate launch its outputs are poisoned again (outside the timed
+region), so a kernel cannot skip work it finds already done; before the last
+one the caller may also put fresh inputs in place, so the re-check afterwards
+sees what that launch computed from data it has never seen. Warm-up runs first; the number of
 repetitions is chosen from the warm-up time (at least `min_reps`).
 
 Runs inside the worker process only (imports torch).
@@ -70,6 +72,7 @@ def time_interleaved(
     config: TimingConfig,
     synchronize: Callable[[], None],
     before_last: Callable[[int], None] | None = None,
+    before_each: Callable[[int], None] | None = None,
 ) -> Interleaved:
     """`candidate[k]` / `baseline[k]` enqueue one run on input set k; `synchronize` raises on a fault."""
     sets = len(candidate)
@@ -79,6 +82,8 @@ def time_interleaved(
         warm = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
 
         def round_(k: int) -> None:
+            if before_each is not None:
+                before_each(k % sets)
             _timed(stream, flush, candidate[k % sets], warm[0], warm[1])
             if baseline:
                 _timed(stream, flush, baseline[k % sets], warm[2], warm[3])
@@ -105,6 +110,8 @@ def time_interleaved(
             k = i % sets
             if i == reps - 1 and before_last is not None:
                 before_last(k)
+            elif before_each is not None:
+                before_each(k)
             _timed(stream, flush, candidate[k], *c_events[i])
             if baseline:
                 _timed(stream, flush, baseline[k], *b_events[i])
