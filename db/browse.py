@@ -22,9 +22,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import sqlite_utils
+
+from ptxbench.db import queries
 from ptxbench.db.queries import fts_query
+from ptxbench.db.records import Evaluation, Fix, Label, Measurement
 from ptxbench.db.store import StoreError, open_store
-from ptxbench.engine.categories import STAGE_OF
 
 __all__ = ["StoreError", "connect", "fts_query"]  # and the queries below
 
@@ -289,178 +292,6 @@ def sample_ids(conn: sqlite3.Connection, flt: SampleFilter, limit: int = 10_000)
     return [r[0] for r in rows]
 
 
-# --------------------------------------------------------------------------- overview
-
-# One pass over the store at the finest grain (model × task × arch × context
-# level × category); the overview, the triage counts and the per-level plots
-# are then folded from these cells in memory, so changing a filter or a
-# grouping never re-reads 100 000 rows.
-
-
-def _categories_of(stages: tuple[str, ...]) -> str:
-    return ", ".join(f"'{c}'" for c, stage in STAGE_OF.items() if stage in stages)
-
-
-# Per-sample facts, three-valued as in db/metrics.py: a NULL column is "not
-# reached" (false) when the verdict failed at an earlier stage, else unknown
-# (a hardware skip or a static-only judgement), which is left out of a rate.
-_BEFORE_COMPILE = ("extract", "assemble")
-_BEFORE_CORRECT = ("extract", "assemble", "load", "run", "verify")
-COMPILED_TRI = f"CASE WHEN e.compiled IS NOT NULL THEN e.compiled WHEN e.category IN ({_categories_of(_BEFORE_COMPILE)}) THEN 0 END"
-CORRECT_TRI = f"CASE WHEN e.correct IS NOT NULL THEN e.correct WHEN e.category IN ({_categories_of(_BEFORE_CORRECT)}) THEN 0 END"
-USES_TRI = (
-    "CASE WHEN e.uses_ptx = 0 OR e.uses_sass = 0 THEN 0 "
-    f"WHEN {USES} IS NOT NULL THEN {USES} WHEN e.category IN ({_categories_of(_BEFORE_COMPILE)}) THEN 0 END"
-)
-FAST_1_TRI = (
-    "CASE WHEN e.speedup IS NOT NULL AND e.speedup <= 1.0 THEN 0 "
-    f"WHEN ({CORRECT_TRI}) = 0 OR ({USES_TRI}) = 0 THEN 0 "
-    f"WHEN ({CORRECT_TRI}) IS NULL OR ({USES_TRI}) IS NULL OR e.speedup IS NULL THEN NULL ELSE 1 END"
-)
-
-
-@dataclass(frozen=True)
-class Cell:
-    model: str
-    task_id: str
-    arch: str
-    context_level: str
-    category: str | None  # None: never evaluated
-    samples: int
-    skipped: int  # evaluations that are a hardware skip, not a judgement
-    compiled: tuple[int, int]  # (true, known)
-    correct: tuple[int, int]
-    uses: tuple[int, int]
-    fast_1: tuple[int, int]
-    best_speedup: float | None
-    log_speedup_sum: float  # over correct samples with a speedup
-    log_speedup_n: int
-
-
-def cells(conn: sqlite3.Connection) -> list[Cell]:
-    models = dict(conn.execute("SELECT id, name FROM models"))
-    runs = {rid: (mid, level) for rid, mid, level in conn.execute("SELECT id, model_id, context_level FROM runs")}
-    archs = dict(conn.execute("SELECT id, arch FROM tasks"))
-    facts = ", ".join(f"SUM(({x}) = 1), COUNT({x})" for x in (COMPILED_TRI, CORRECT_TRI, USES_TRI, FAST_1_TRI))
-    sql = f"""
-    SELECT s.model_id, s.run_id, s.task_id, e.category, COUNT(*), SUM({SKIPPED}), {facts},
-           MAX(CASE WHEN e.correct = 1 THEN e.speedup END),
-           SUM(CASE WHEN e.correct = 1 AND e.speedup > 0 THEN ln(e.speedup) END),
-           SUM(e.correct = 1 AND e.speedup > 0)
-    FROM samples s LEFT JOIN evaluations e ON e.id = {LATEST_EVAL}
-    GROUP BY s.model_id, s.run_id, s.task_id, e.category
-    """
-    merged: dict[tuple, list] = {}
-    for row in conn.execute(sql):
-        model_id, run_id, task_id, category, n, skipped = row[:6]
-        pairs = [(row[6 + 2 * i] or 0, row[7 + 2 * i] or 0) for i in range(4)]
-        best, logsum, logn = row[14], row[15] or 0.0, row[16] or 0
-        run_model, level = runs.get(run_id, (None, "none"))
-        model = models.get(model_id if model_id is not None else run_model, "?")
-        key = (model, task_id, archs.get(task_id, "?"), level or "none", category)
-        acc = merged.get(key)
-        if acc is None:
-            merged[key] = [n, skipped or 0, *pairs, best, logsum, logn]
-            continue
-        acc[0] += n
-        acc[1] += skipped or 0
-        for i in range(4):
-            acc[2 + i] = (acc[2 + i][0] + pairs[i][0], acc[2 + i][1] + pairs[i][1])
-        acc[6] = max((x for x in (acc[6], best) if x is not None), default=None)
-        acc[7] += logsum
-        acc[8] += logn
-    return [Cell(*key, *vals) for key, vals in sorted(merged.items(), key=lambda kv: tuple(str(k) for k in kv[0]))]
-
-
-@dataclass(frozen=True)
-class OverviewFilter:
-    model: str = ""
-    task_id: str = ""
-    arch: str = ""
-    context_level: str = ""
-
-    def keeps(self, cell: Cell) -> bool:
-        return (
-            (not self.model or cell.model == self.model)
-            and (not self.task_id or cell.task_id == self.task_id)
-            and (not self.arch or cell.arch == self.arch)
-            and (not self.context_level or cell.context_level == self.context_level)
-        )
-
-
-@dataclass(frozen=True)
-class OverviewRow:
-    model: str
-    task_id: str
-    arch: str
-    context_level: str  # "*" when levels are folded together
-    samples: int
-    judged: int  # evaluated, and not a hardware skip
-    skipped: int
-    compiled: float | None
-    correct: float | None
-    uses: float | None
-    fast_1: float | None
-    best_speedup: float | None
-    geomean_speedup: float | None
-
-    def filter(self) -> SampleFilter:
-        return SampleFilter(
-            task_id=self.task_id, model=self.model, context_level="" if self.context_level == "*" else self.context_level
-        )
-
-
-def overview(all_cells: list[Cell], flt: OverviewFilter = OverviewFilter(), *, by_level: bool = True) -> list[OverviewRow]:
-    groups: dict[tuple, list] = {}
-    for c in all_cells:
-        if not flt.keeps(c):
-            continue
-        key = (c.model, c.task_id, c.arch, c.context_level if by_level else "*")
-        g = groups.setdefault(key, [0, 0, 0, [0, 0], [0, 0], [0, 0], [0, 0], None, 0.0, 0])
-        g[0] += c.samples
-        if c.category is not None:
-            g[1] += c.samples - c.skipped
-        g[2] += c.skipped
-        for i, pair in enumerate((c.compiled, c.correct, c.uses, c.fast_1)):
-            g[3 + i][0] += pair[0]
-            g[3 + i][1] += pair[1]
-        if c.best_speedup is not None:
-            g[7] = c.best_speedup if g[7] is None else max(g[7], c.best_speedup)
-        g[8] += c.log_speedup_sum
-        g[9] += c.log_speedup_n
-    rows = []
-    for key, (n, judged, skipped, comp, corr, uses, fast, best, logsum, logn) in groups.items():
-        rate = lambda pair: pair[0] / pair[1] if pair[1] else None  # noqa: E731
-        geo = math.exp(logsum / logn) if logn else None
-        rows.append(OverviewRow(*key, n, judged, skipped, rate(comp), rate(corr), rate(uses), rate(fast), best, geo))
-    return rows
-
-
-@dataclass(frozen=True)
-class Facets:
-    """The values each filter can take, for the selectors."""
-
-    models: list[str]
-    tasks: list[str]
-    archs: list[str]
-    levels: list[str]
-    categories: list[str]
-
-
-def facets(conn: sqlite3.Connection) -> Facets:
-    col = lambda sql: [r[0] for r in conn.execute(sql) if r[0] is not None]  # noqa: E731
-    levels = col("SELECT DISTINCT context_level FROM runs ORDER BY context_level")
-    if "none" not in levels:
-        levels.insert(0, "none")
-    return Facets(
-        models=col("SELECT name FROM models ORDER BY name"),
-        tasks=col("SELECT id FROM tasks ORDER BY id"),
-        archs=col("SELECT DISTINCT arch FROM tasks ORDER BY arch"),
-        levels=levels,
-        categories=col("SELECT DISTINCT category FROM evaluations ORDER BY category"),
-    )
-
-
 # --------------------------------------------------------------------------- tasks
 
 
@@ -515,70 +346,9 @@ def expert_sample_id(conn: sqlite3.Connection, task_id: str) -> int | None:
 
 
 @dataclass(frozen=True)
-class Evaluation:
-    id: int
-    created_at: str
-    engine_version: str
-    device: str | None
-    status: str
-    category: str
-    stage: str | None
-    compiled: int | None
-    correct: int | None
-    correct_heldout: int | None
-    uses_ptx: int | None
-    uses_sass: int | None
-    executed: int | None
-    ptx_families: list[str]
-    sass_families: list[str]
-    required_missing: list[str]
-    resources: dict[str, Any]
-    warnings: list[Any]
-    evidence: dict[str, Any]
-    assembler_log: str | None
-    ptx: str | None
-    sass: str | None
-    time_ms: float | None
-    baseline_ms: float | None
-    speedup: float | None
-    tflops: float | None
-    source: str
-
-
-@dataclass(frozen=True)
-class Measurement:
-    split: str
-    sizes: dict[str, Any]
-    category: str
-    max_rel_err: float | None
-    worst: Any
-    time_ms: float | None
-    time_spread: float | None
-    baseline_ms: float | None
-    speedup: float | None
-    tflops: float | None
-
-
-@dataclass(frozen=True)
-class Label:
-    id: int
-    category: str | None
-    note: str
-    fixit_candidate: bool
-    author: str
-    created_at: str
-
-
-@dataclass(frozen=True)
-class FixLink:
-    failed_sample_id: int
-    fixed_sample_id: int
-    explanation: str
-    explanation_source: str
-
-
-@dataclass(frozen=True)
 class SampleDetail:
+    """A sample with its judgements, labels and fixes (records from db/records.py)."""
+
     id: int
     task_id: str
     arch: str
@@ -594,7 +364,7 @@ class SampleDetail:
     evaluations: list[Evaluation]  # newest first
     measurements: list[Measurement]  # of the newest evaluation
     labels: list[Label]  # newest first
-    fixes: list[FixLink] = field(default_factory=list)
+    fixes: list[Fix] = field(default_factory=list)
 
     @property
     def latest(self) -> Evaluation | None:
@@ -613,31 +383,6 @@ class SampleDetail:
         return self.code
 
 
-_EVAL_COLUMNS = """id, created_at, engine_version, device, status, category, stage, compiled, correct,
-    correct_heldout, uses_ptx, uses_sass, executed, ptx_families, sass_families, required_missing,
-    resources, warnings, evidence, assembler_log, ptx, sass, time_ms, baseline_ms, speedup, tflops, source"""
-
-
-def _evaluation(r: tuple) -> Evaluation:
-    return Evaluation(
-        *r[:13],
-        ptx_families=_json(r[13], []),
-        sass_families=_json(r[14], []),
-        required_missing=_json(r[15], []),
-        resources=_json(r[16], {}),
-        warnings=_json(r[17], []),
-        evidence=_json(r[18], {}),
-        assembler_log=r[19],
-        ptx=r[20],
-        sass=r[21],
-        time_ms=r[22],
-        baseline_ms=r[23],
-        speedup=r[24],
-        tflops=r[25],
-        source=r[26],
-    )
-
-
 def sample_detail(conn: sqlite3.Connection, sample_id: int) -> SampleDetail | None:
     row = conn.execute(
         f"""SELECT s.id, s.task_id, t.arch, t.families, COALESCE(m.name, '?'), {LEVEL}, s.turn, s.parent_id,
@@ -649,38 +394,13 @@ def sample_detail(conn: sqlite3.Connection, sample_id: int) -> SampleDetail | No
     ).fetchone()
     if row is None:
         return None
-    evaluations = [
-        _evaluation(r)
-        for r in conn.execute(f"SELECT {_EVAL_COLUMNS} FROM evaluations WHERE sample_id = ? ORDER BY id DESC", (sample_id,))
-    ]
-    measurements: list[Measurement] = []
-    if evaluations:
-        measurements = [
-            Measurement(r[0], _json(r[1], {}), r[2], r[3], _json(r[4], r[4]), *r[5:])
-            for r in conn.execute(
-                """SELECT split, sizes, category, max_rel_err, worst, time_ms, time_spread, baseline_ms, speedup, tflops
-                   FROM measurements WHERE evaluation_id = ? ORDER BY split DESC, id""",
-                (evaluations[0].id,),
-            )
-        ]
-    labels = [
-        Label(r[0], r[1], r[2], bool(r[3]), r[4], r[5])
-        for r in conn.execute(
-            "SELECT id, category, note, fixit_candidate, author, created_at FROM labels WHERE sample_id = ? ORDER BY id DESC",
-            (sample_id,),
-        )
-    ]
-    fixes = [
-        FixLink(*r)
-        for r in conn.execute(
-            """SELECT failed_sample_id, fixed_sample_id, explanation, explanation_source FROM fixes
-               WHERE failed_sample_id = ? OR fixed_sample_id = ? ORDER BY id""",
-            (sample_id, sample_id),
-        )
-    ]
+    db = sqlite_utils.Database(conn, execute_plugins=False)
+    evaluations = queries.evaluations_for(db, sample_id)
+    measurements = queries.measurements_for(db, evaluations[0].id) if evaluations else []
     return SampleDetail(
         row[0], row[1], row[2], _json(row[3], []), row[4], row[5], row[6], row[7], row[8], row[9], row[10], row[11],
-        evaluations, measurements, labels, fixes,
+        evaluations, sorted(measurements, key=lambda m: (m.split != "train", m.id or 0)),
+        queries.labels_for(db, sample_id), queries.fixes_for(db, sample_id),
     )
 
 
@@ -698,41 +418,6 @@ def fix_partner(conn: sqlite3.Connection, sample_id: int) -> int | None:
         return row[0]
     row = conn.execute("SELECT id FROM samples WHERE parent_id = ? ORDER BY id LIMIT 1", (sample_id,)).fetchone()
     return row[0] if row else None
-
-
-# --------------------------------------------------------------------------- triage
-
-
-TRIAGE_DIMENSIONS = ("model", "task", "level")
-
-
-@dataclass(frozen=True)
-class TriageTable:
-    dimension: str
-    columns: list[str]  # the dimension's values
-    rows: list[tuple[str, int, list[int]]]  # category, total, count per column
-
-
-def triage(all_cells: list[Cell], dimension: str = "model", *, include_ok: bool = False) -> TriageTable:
-    """Counts of latest-evaluation categories by model, task or context level."""
-    if dimension not in TRIAGE_DIMENSIONS:
-        raise ValueError(f"unknown triage dimension {dimension!r}")
-    pick = {"model": lambda c: c.model, "task": lambda c: c.task_id, "level": lambda c: c.context_level}[dimension]
-    counts: dict[str, dict[str, int]] = {}
-    columns: set[str] = set()
-    for c in all_cells:
-        # A verdict reached by the static stages stands even when the GPU stages were skipped.
-        if c.category is None or (c.category == "ok" and not include_ok):
-            continue
-        by = counts.setdefault(c.category, {})
-        by[pick(c)] = by.get(pick(c), 0) + c.samples
-        columns.add(pick(c))
-    ordered = sorted(columns)
-    rows = [
-        (cat, sum(by.values()), [by.get(col, 0) for col in ordered])
-        for cat, by in sorted(counts.items(), key=lambda kv: (-sum(kv[1].values()), kv[0]))
-    ]
-    return TriageTable(dimension, ordered, rows)
 
 
 # --------------------------------------------------------------------------- compare
@@ -784,46 +469,6 @@ def compare(conn: sqlite3.Connection, task_id: str, context_level: str = "") -> 
         ).fetchone()[0]
         out.append(replace(mb, samples=count, correct_rate=(correct / judged) if judged else None))
     return out
-
-
-# --------------------------------------------------------------------------- plots
-
-
-@dataclass(frozen=True)
-class PlotData:
-    speedups: dict[str, list[float]]  # model → speedups of correct samples
-    by_level: dict[str, dict[str, tuple[float, float, float]]]  # model → level → (compiled, correct, fast_1) rates
-    by_split: dict[str, dict[str, float]]  # model → split → share of measurements judged ok
-
-
-def plot_data(conn: sqlite3.Connection, all_cells: list[Cell], task_id: str = "") -> PlotData:
-    task_clause, params = ("", []) if not task_id else (" AND s.task_id = ?", [task_id])
-    speedups: dict[str, list[float]] = {}
-    for model, speed in conn.execute(
-        f"SELECT COALESCE(m.name, '?'), e.speedup {_FROM} WHERE e.correct = 1 AND e.speedup > 0{task_clause}", params
-    ):
-        speedups.setdefault(model, []).append(speed)
-    by_level: dict[str, dict[str, tuple[float, float, float]]] = {}
-    levels: dict[tuple[str, str], list[int]] = {}
-    for c in all_cells:
-        if (task_id and c.task_id != task_id) or c.category is None:
-            continue
-        acc = levels.setdefault((c.model, c.context_level), [0, 0, 0, 0, 0, 0])
-        for i, pair in enumerate((c.compiled, c.correct, c.fast_1)):
-            acc[2 * i] += pair[0]
-            acc[2 * i + 1] += pair[1]
-    for (model, level), acc in levels.items():
-        rates = tuple(acc[2 * i] / acc[2 * i + 1] if acc[2 * i + 1] else 0.0 for i in range(3))
-        by_level.setdefault(model, {})[level] = rates  # type: ignore[assignment]
-    by_split: dict[str, dict[str, float]] = {}
-    for model, split, ok, n in conn.execute(
-        f"""SELECT COALESCE(m.name, '?'), ms.split, SUM(ms.category = 'ok'), COUNT(*)
-            {_FROM} JOIN measurements ms ON ms.evaluation_id = e.id WHERE 1 = 1{task_clause}
-            GROUP BY 1, 2""",
-        params,
-    ):
-        by_split.setdefault(model, {})[split] = ok / n if n else 0.0
-    return PlotData(speedups, {m: v for m, v in by_level.items() if v}, by_split)
 
 
 def schema_version(conn: sqlite3.Connection) -> int:

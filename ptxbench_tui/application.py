@@ -12,6 +12,7 @@ from textual.app import App
 from textual.reactive import reactive
 
 from ptxbench.db import browse
+from ptxbench.db import browse_summary as summary
 from ptxbench.themes.ptxbench import DEFAULT_THEME, THEMES
 from ptxbench.tui import keys
 from ptxbench.tui.commands import BindingCommands
@@ -65,8 +66,8 @@ class PtxbenchApp(App[int]):
         self.db_path = Path(config.db_path)
         self.engine_cmd = list(config.engine_cmd)
         self.gpu_lock_dir = config.gpu_lock_dir or self.db_path.parent
-        self.cells: list[browse.Cell] | None = None
-        self.facets: browse.Facets | None = None
+        self.cells: list[summary.Cell] | None = None
+        self.facets: summary.Facets | None = None
         for theme in THEMES:
             self.register_theme(theme)
         self.theme = config.theme if config.theme in self.available_themes else DEFAULT_THEME

@@ -12,6 +12,7 @@ from typing import Any
 from textual.message import Message
 
 from ptxbench.db import browse
+from ptxbench.db import browse_summary as summary
 
 
 # -- store data ---------------------------------------------------------------------
@@ -19,8 +20,8 @@ from ptxbench.db import browse
 
 @dataclass
 class CellsLoaded(Message):
-    cells: list[browse.Cell]
-    facets: browse.Facets
+    cells: list[summary.Cell]
+    facets: summary.Facets
     saved: bool = False  # the summary saved by an earlier start: re-read after the first paint
     recheck: bool = False  # that re-read: nothing to redraw when it found the same
 
@@ -72,7 +73,7 @@ class CompareLoaded(Message):
 
 @dataclass
 class PlotsLoaded(Message):
-    data: browse.PlotData
+    data: summary.PlotData
 
 
 @dataclass

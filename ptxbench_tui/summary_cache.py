@@ -18,6 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ptxbench.db import browse
+from ptxbench.db import browse_summary as summary
 
 VERSION = 1
 
@@ -46,26 +47,26 @@ def fingerprint(conn: sqlite3.Connection) -> list:
     return [VERSION, *row, small.hexdigest()]
 
 
-def load(store: Path, fp: list) -> tuple[list[browse.Cell], browse.Facets] | None:
+def load(store: Path, fp: list) -> tuple[list[summary.Cell], summary.Facets] | None:
     path = cache_file(store)
     try:
         data = json.loads(path.read_text())
         if data.get("fingerprint") != fp:
             return None
-        cells = [browse.Cell(*c[:7], tuple(c[7]), tuple(c[8]), tuple(c[9]), tuple(c[10]), *c[11:]) for c in data["cells"]]
-        return cells, browse.Facets(**data["facets"])
+        cells = [summary.Cell(*c[:7], tuple(c[7]), tuple(c[8]), tuple(c[9]), tuple(c[10]), *c[11:]) for c in data["cells"]]
+        return cells, summary.Facets(**data["facets"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
-def save(store: Path, fp: list, cells: list[browse.Cell], facets: browse.Facets) -> None:
+def save(store: Path, fp: list, cells: list[summary.Cell], facets: summary.Facets) -> None:
     path = cache_file(store)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
         payload = {
             "fingerprint": fp,
-            "cells": [[getattr(c, f) for f in browse.Cell.__dataclass_fields__] for c in cells],
+            "cells": [[getattr(c, f) for f in summary.Cell.__dataclass_fields__] for c in cells],
             "facets": asdict(facets),
         }
         tmp.write_text(json.dumps(payload))
@@ -74,13 +75,13 @@ def save(store: Path, fp: list, cells: list[browse.Cell], facets: browse.Facets)
         pass  # a cache that cannot be written only costs time
 
 
-def compute(store: Path) -> tuple[list[browse.Cell], browse.Facets]:
+def compute(store: Path) -> tuple[list[summary.Cell], summary.Facets]:
     """The summary read fresh from the store (one read snapshot), saved for the next start."""
     conn = browse.connect(store, cached=False)
     try:
         conn.execute("BEGIN")
         fp = fingerprint(conn)
-        cells, facets = browse.cells(conn), browse.facets(conn)
+        cells, facets = summary.cells(conn), summary.facets(conn)
         conn.execute("COMMIT")
     finally:
         conn.close()
@@ -88,7 +89,7 @@ def compute(store: Path) -> tuple[list[browse.Cell], browse.Facets]:
     return cells, facets
 
 
-def cached(store: Path) -> tuple[list[browse.Cell], browse.Facets] | None:
+def cached(store: Path) -> tuple[list[summary.Cell], summary.Facets] | None:
     conn = browse.connect(store, cached=False)
     try:
         return load(store, fingerprint(conn))

@@ -7,6 +7,7 @@ from textual.app import ComposeResult
 from textual.widgets import Select, Static
 
 from ptxbench.db import browse
+from ptxbench.db import browse_summary as summary
 from ptxbench.tui import keys
 from ptxbench.tui.messages import MetricsLoaded, ShowSamples, StoreFailed
 from ptxbench.tui.screens.base import ViewScreen
@@ -24,7 +25,7 @@ class OverviewScreen(ViewScreen):
 
     def __init__(self) -> None:
         super().__init__()
-        self.filter = browse.OverviewFilter()
+        self.filter = summary.OverviewFilter()
         self.by_level = True
         self.trajectories = False  # per trajectory, from db.metrics (slower; computed on demand)
         self.metrics_rows: list | None = None
@@ -80,7 +81,7 @@ class OverviewScreen(ViewScreen):
             self._status(f"{len(self.rows)} rows · per trajectory, train split, every turn (db.metrics) · m: per sample")
         else:
             table.set_columns(list(COLUMNS), right=tuple(range(4, len(COLUMNS))))
-            self.rows = browse.overview(cells, self.filter, by_level=self.by_level)
+            self.rows = summary.overview(cells, self.filter, by_level=self.by_level)
             table.set_rows([
                 (r.model, r.task_id, r.arch, r.context_level, str(r.samples), str(r.judged), pct(r.compiled),
                  pct(r.correct), pct(r.uses), pct(r.fast_1), speed(r.best_speedup), speed(r.geomean_speedup))
@@ -100,7 +101,7 @@ class OverviewScreen(ViewScreen):
     def _filters_changed(self, event: Select.Changed) -> None:
         values = self.query_one(FilterBar).user_change()
         if values is not None:
-            self.filter = browse.OverviewFilter(**values)
+            self.filter = summary.OverviewFilter(**values)
             self.redraw()
 
     def on_row_table_row_selected(self, event: RowTable.RowSelected) -> None:
@@ -131,7 +132,7 @@ class OverviewScreen(ViewScreen):
 
     def action_clear_filters(self) -> None:
         self.query_one(FilterBar).set_values({})
-        self.filter = browse.OverviewFilter()
+        self.filter = summary.OverviewFilter()
         self.redraw()
 
     @work(thread=True, exclusive=True, group="overview-metrics", exit_on_error=False, description="trajectory metrics")

@@ -11,6 +11,7 @@ from textual.widgets import Select, Static, TabbedContent, TabPane
 from textual_plot import HiResMode, LegendLocation, PlotWidget
 
 from ptxbench.db import browse
+from ptxbench.db import browse_summary as summary
 from ptxbench.tui import keys
 from ptxbench.tui.messages import PlotsLoaded, StoreFailed
 from ptxbench.tui.screens.base import ViewScreen
@@ -43,7 +44,7 @@ class PlotsScreen(ViewScreen):
     def __init__(self) -> None:
         super().__init__()
         self.task_id = ""
-        self.data: browse.PlotData | None = None
+        self.data: summary.PlotData | None = None
 
     def compose_body(self) -> ComposeResult:
         with Horizontal(id="plots-bar"):
@@ -73,7 +74,7 @@ class PlotsScreen(ViewScreen):
     @work(thread=True, exclusive=True, group="plots", exit_on_error=False, description="plot data")
     def fetch(self, task_id: str) -> None:
         try:
-            data = browse.plot_data(browse.connect(self.ptx.db_path), self.ptx.cells or [], task_id)
+            data = summary.plot_data(browse.connect(self.ptx.db_path), self.ptx.cells or [], task_id)
         except Exception as exc:  # noqa: BLE001
             self.post_message(StoreFailed(f"plots: {exc}"))
             return

@@ -14,6 +14,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import DataTable, Static, TabbedContent, TabPane
 
 from ptxbench.db import browse
+from ptxbench.db import browse_summary as summary
 from ptxbench.tui import keys
 from ptxbench.tui.marks import ptx_marker
 from ptxbench.tui.messages import ShowSample, ShowSamples, StoreFailed, TaskDetailLoaded, TasksLoaded
@@ -175,7 +176,7 @@ class TasksScreen(ViewScreen):
         results = self.query_one("#task-results-table", DataTable)
         results.clear(columns=True)
         results.add_columns("Model", "Level", "Samples", "Compiled", "Correct", "Uses req.", "fast₁.₀", "Best", "Geomean")
-        for r in browse.overview(self.ptx.cells or [], browse.OverviewFilter(task_id=message.task.id)):
+        for r in summary.overview(self.ptx.cells or [], summary.OverviewFilter(task_id=message.task.id)):
             results.add_row(r.model, r.context_level, str(r.samples), pct(r.compiled), pct(r.correct), pct(r.uses),
                             pct(r.fast_1), speed(r.best_speedup), speed(r.geomean_speedup))
 

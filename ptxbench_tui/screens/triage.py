@@ -10,6 +10,7 @@ from textual.app import ComposeResult
 from textual.widgets import DataTable, Static
 
 from ptxbench.db import browse
+from ptxbench.db import browse_summary as summary
 from ptxbench.engine.categories import DESCRIPTIONS, STAGE_OF
 from ptxbench.tui import keys
 from ptxbench.tui.messages import ShowSamples
@@ -29,7 +30,7 @@ class TriageScreen(ViewScreen):
         super().__init__()
         self.dimension = "model"
         self.include_ok = False
-        self.table_data: browse.TriageTable | None = None
+        self.table_data: summary.TriageTable | None = None
 
     def compose_body(self) -> ComposeResult:
         yield Static("", id="triage-status", classes="status")
@@ -44,7 +45,7 @@ class TriageScreen(ViewScreen):
         cells = self.ptx.cells
         if cells is None:
             return
-        self.table_data = browse.triage(cells, self.dimension, include_ok=self.include_ok)
+        self.table_data = summary.triage(cells, self.dimension, include_ok=self.include_ok)
         table = self.query_one(Table)
         table.clear(columns=True)
         table.add_columns(*FIXED_COLUMNS, *self.table_data.columns)
@@ -85,7 +86,7 @@ class TriageScreen(ViewScreen):
 
     # -- actions ---------------------------------------------------------------------
     def action_cycle_dimension(self) -> None:
-        dims = browse.TRIAGE_DIMENSIONS
+        dims = summary.TRIAGE_DIMENSIONS
         self.dimension = dims[(dims.index(self.dimension) + 1) % len(dims)]
         self.refresh_data()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ptxbench.db import browse
+from ptxbench.db import browse_summary as summary
 from ptxbench.db.metrics import compute_metrics
 from ptxbench.db.store import open_store
 
@@ -21,7 +22,7 @@ def by_key(rows):
 
 
 def test_overview_rates(conn):
-    rows = by_key(browse.overview(browse.cells(conn)))
+    rows = by_key(summary.overview(summary.cells(conn)))
     a_brief = rows[("fixture-model-a", "gemm_bf16_sm90a", "brief")]
     assert (a_brief.samples, a_brief.correct, a_brief.uses, a_brief.best_speedup) == (2, 0.5, 1.0, 0.91)
     mutation = rows[("mutation", "vector_add_smoke", "none")]
@@ -30,7 +31,7 @@ def test_overview_rates(conn):
     assert skipped.skipped == 1 and skipped.correct is None  # a hardware skip is neither pass nor failure
     b = rows[("fixture-model-b", "gemm_bf16_sm90a", "brief")]
     assert b.fast_1 == 0.0 and b.geomean_speedup == pytest.approx((0.64 * 0.58) ** 0.5)
-    folded = browse.overview(browse.cells(conn), browse.OverviewFilter(model="fixture-model-a"), by_level=False)
+    folded = summary.overview(summary.cells(conn), summary.OverviewFilter(model="fixture-model-a"), by_level=False)
     assert {r.context_level for r in folded} == {"*"}
 
 
@@ -40,7 +41,7 @@ def test_overview_agrees_with_db_metrics_for_single_turn_groups(store, conn):
         (m.model, m.task, m.context): m
         for m in compute_metrics(db, group_by=("task", "model", "arch", "context"), include_reference=True)
     }
-    ours = by_key(browse.overview(browse.cells(conn)))
+    ours = by_key(summary.overview(summary.cells(conn)))
     for key in [("fixture-model-b", "gemm_bf16_sm90a", "brief"), ("fixture-model-a", "vector_add_smoke", "full"),
                 ("mutation", "vector_add_smoke", "none"), ("fixture-model-a", "gemm_bf16_sm90a", "none")]:
         m, o = metrics[key], ours[key]
@@ -83,11 +84,11 @@ def test_detail_fixes_and_partners(conn, ids):
 
 
 def test_triage_pivot(conn):
-    table = browse.triage(browse.cells(conn), "model")
+    table = summary.triage(summary.cells(conn), "model")
     rows = {cat: (total, counts) for cat, total, counts in table.rows}
     assert rows["slower_than_baseline"][0] == 2 and "ok" not in rows
     assert table.columns == ["fixture-model-a", "fixture-model-b", "mutation"]
-    by_task = browse.triage(browse.cells(conn), "task", include_ok=True)
+    by_task = summary.triage(summary.cells(conn), "task", include_ok=True)
     assert "ok" in {r[0] for r in by_task.rows}
 
 
@@ -99,7 +100,7 @@ def test_compare_picks_each_models_best(conn, ids):
 
 
 def test_plot_data(conn):
-    data = browse.plot_data(conn, browse.cells(conn))
+    data = summary.plot_data(conn, summary.cells(conn))
     assert sorted(data.speedups["fixture-model-b"]) == [0.58, 0.64]
     assert data.by_level["fixture-model-a"]["full"][1] == 1.0
     assert data.by_split["fixture-model-b"] == {"train": 1.0, "heldout": 1.0}
