@@ -185,7 +185,7 @@ def _where(flt: SampleFilter, fts: FtsTables) -> tuple[str, list[Any], bool]:
         clauses.append("s.id IN (SELECT sample_id FROM labels)")
     if flt.fixit_only:
         clauses.append(
-            f"s.id IN (SELECT sample_id FROM labels WHERE fixit_candidate = 1) AND ({_LATEST_LABEL_COL.format(col='fixit_candidate')}) = 1"
+            f"s.id IN (SELECT sample_id FROM labels WHERE fixit_candidate = 1) AND ({_LATEST_LABEL_COL.format(col='l.fixit_candidate')}) = 1"
         )
     if flt.text.strip():
         query = fts_query(flt.text)
@@ -211,7 +211,7 @@ def _where(flt: SampleFilter, fts: FtsTables) -> tuple[str, list[Any], bool]:
     return (" WHERE " + " AND ".join(clauses)) if clauses else "", params, needs_eval
 
 
-_LATEST_LABEL_COL = "SELECT l.{col} FROM labels l WHERE l.sample_id = s.id ORDER BY l.id DESC LIMIT 1"
+_LATEST_LABEL_COL = "SELECT {col} FROM labels l WHERE l.sample_id = s.id ORDER BY l.id DESC LIMIT 1"
 
 _FROM = f"""
 FROM samples s
@@ -253,8 +253,8 @@ class Page:
 _SAMPLE_COLUMNS = f"""
 SELECT s.id, s.task_id, t.arch, COALESCE(m.name, '?'), {LEVEL}, s.turn, s.sample_index, s.source,
        e.id, e.category, e.status, e.speedup, e.time_ms,
-       ({_LATEST_LABEL_COL.format(col='category')}),
-       COALESCE(({_LATEST_LABEL_COL.format(col='fixit_candidate')}), 0)
+       ({_LATEST_LABEL_COL.format(col="COALESCE(l.category, CASE WHEN l.note <> '' THEN '(note)' END)")}),
+       COALESCE(({_LATEST_LABEL_COL.format(col='l.fixit_candidate')}), 0)
 """
 
 
