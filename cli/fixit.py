@@ -141,9 +141,11 @@ def pairs(
     con.print(_table("fix pairs that count" + (" (dry run: not stored)" if dry_run else ""),
                      [(k, c, n) for (k, c), n in sorted(by.items())], ("kind", "category", "pairs")))
     if found.unverified:
+        shown = found.unverified[:20]
         con.print(_table("unverified: the fix passed statically only (excluded; --allow-static counts them)",
-                         [(p.failed.id, p.fixed.id, p.kind, p.task_id) for p in found.unverified],
-                         ("failed", "fixed", "kind", "task")))
+                         [(p.failed.id, p.fixed.id, p.kind, p.task_id) for p in shown], ("failed", "fixed", "kind", "task")))
+        if len(found.unverified) > len(shown):
+            con.print(f"… and {len(found.unverified) - len(shown)} more (--json lists them all)")
     con.print(f"{len(found.pairs)} pair(s) found, {len(stored)} stored; {found.already_stored} already stored; "
               f"{len(found.unverified)} unverified; {len(set(found.failed_without_fix))} failed sample(s) with no fix")
 

@@ -236,6 +236,11 @@ def test_examples_files_and_statistics(tmp_path):
     derived = next(e for e in examples if e.meta["category"] == "syntax")
     assert derived.meta["explanation_source"] == "derived from diff"
     assert derived.messages[4]["content"].startswith("What failed: `syntax`")
+    # asked for, every example gets the derived explanation, the model's one too
+    all_derived = build_examples(sel, prompt_for=_prompt, explanation="derived")
+    assert {e.meta["explanation_source"] for e in all_derived} == {"derived from diff"}
+    with pytest.raises(ValueError, match="explanation must be"):
+        build_examples(sel, prompt_for=_prompt, explanation="mine")
 
     out = tmp_path / "set.jsonl"
     assert write_jsonl(out, examples) == len(examples)

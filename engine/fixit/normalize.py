@@ -96,8 +96,7 @@ def jaccard(a: frozenset[int] | set[Any], b: frozenset[int] | set[Any]) -> float
         return 1.0
     if not a or not b:
         return 0.0
-    small, large = (a, b) if len(a) <= len(b) else (b, a)
-    inter = sum(1 for x in small if x in large)
+    inter = len(a & b)
     return inter / (len(a) + len(b) - inter)
 
 

@@ -14,8 +14,9 @@ In order:
    only at held-out problem sizes;
 5. the leak guard: no near copy of a held-out task's kernels (failed or
    fixed) stays in training; for a pair held out because it fails only at
-   held-out sizes, no training pair makes the same fix to a near copy of its
-   failed kernel (its fixed kernel, the task's train-size answer, may stay);
+   held-out sizes, no training pair of its task makes the same fix to a near
+   copy of its failed kernel (its fixed kernel, the task's train-size answer,
+   may stay);
 6. caps per task and per failure category, filled round-robin over the
    categories so that no category crowds out the others;
 7. a validation split drawn by a stable hash.
@@ -30,6 +31,7 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ptxbench.engine.fixit.normalize import (
     abstract_lines, content_key, could_reach, edit_signature, jaccard, normalize_ptx, shingles,
@@ -132,7 +134,7 @@ def _contained(part: frozenset, whole: frozenset, t: float) -> bool:
     """At least a fraction t of `part` lies in `whole`."""
     if not part:
         return not whole
-    return sum(1 for x in part if x in whole) / len(part) >= t
+    return len(part & whole) / len(part) >= t
 
 
 def _leak(f: _Features, held: _Features, reason: str, t: float) -> str | None:
@@ -151,6 +153,16 @@ def _leak(f: _Features, held: _Features, reason: str, t: float) -> str | None:
             if _near(mine, theirs, t):
                 return f"its {name} kernel is a near copy of a kernel of held-out {held.pair.task_id} ({reason})"
     return None
+
+
+def _leak_index(held: list[tuple[_Features, str]]) -> Any:
+    """task id → the held-out pairs a training pair of that task could leak: a size-only held-out
+    pair through its own task only, a held-out task or variant through any task."""
+    by_task: dict[str, list[tuple[_Features, str]]] = defaultdict(list)
+    everywhere: list[tuple[_Features, str]] = []
+    for h, r in held:
+        (by_task[h.pair.task_id] if r.startswith("fails only") else everywhere).append((h, r))
+    return lambda task_id: by_task.get(task_id, []) + everywhere
 
 
 def preference(pair: Pair) -> tuple:
@@ -273,9 +285,11 @@ def select_pairs(pairs: Iterable[Pair], config: SelectConfig = SelectConfig()) -
         else:
             pool.append(f)
 
+    against = _leak_index(held)
     clean: list[_Features] = []
     for f in pool:
-        why = next((w for h, r in held if (w := _leak(f, h, r, t))), None)
+        candidates = against(f.pair.task_id)
+        why = next((w for h, r in candidates if (w := _leak(f, h, r, t))), None)
         if why:
             out.dropped.append((f.pair, f"leak: {why}"))
         else:
@@ -304,14 +318,15 @@ def leaks(selection: Selection, threshold: float = 0.9) -> list[str]:
     problems: list[str] = []
     held = [(s, _features(s.pair)) for s in selection.split("heldout")]
     held_tasks = {s.pair.task_id for s, _ in held if not (s.heldout_reason or "").startswith("fails only")}
+    against = _leak_index([(hf, s.heldout_reason or "") for s, hf in held])
     for s in selection.chosen:
         if s.split == "heldout":
             continue
         if s.pair.task_id in held_tasks:
             problems.append(f"{s.split} pair {s.pair.key} is of held-out task {s.pair.task_id}")
         mine = _features(s.pair)
-        for h, hf in held:
-            why = _leak(mine, hf, h.heldout_reason or "", threshold)
+        for hf, reason in against(s.pair.task_id):
+            why = _leak(mine, hf, reason, threshold)
             if why:
                 problems.append(f"{s.split} pair {s.pair.key}: {why}")
     return problems
