@@ -24,7 +24,7 @@ from hostile_store import (  # noqa: E402
     build_store, eval_env, evaluation_rows, run_eval, store_problems,
 )
 
-from ptxbench.db import browse  # noqa: E402
+from ptxbench.db import browse, browse_summary  # noqa: E402
 
 BATCH = 32
 
@@ -229,7 +229,7 @@ def test_readers_are_not_blocked_by_a_writer_holding_the_lock(tmp_path):
         started = time.perf_counter()
         conn = browse.connect(store, cached=False)
         try:
-            browse.cells(conn)
+            browse_summary.cells(conn)
             page = browse.sample_page(conn, browse.SampleFilter())
             count = browse.sample_count(conn, browse.SampleFilter(text="vector_add"))
         finally:

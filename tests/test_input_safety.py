@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "hostile"))
 
 from hostile_store import SOURCE, TASK, build_store  # noqa: E402
 
-from ptxbench.db import browse  # noqa: E402
+from ptxbench.db import browse, browse_summary  # noqa: E402
 from ptxbench.db.queries import fts_query, search_samples  # noqa: E402
 from ptxbench.db.records import Evaluation, Sample  # noqa: E402
 from ptxbench.db.store import open_store  # noqa: E402
@@ -148,7 +148,7 @@ def test_explorer_queries_take_any_filter_text(store):
     before = snapshot(store)
     conn = browse.connect(store, cached=False)
     try:
-        all_cells = browse.cells(conn)
+        all_cells = browse_summary.cells(conn)
         total = browse.sample_count(conn, browse.SampleFilter())
         for text in INJECTIONS:
             for field in ("task_id", "model", "arch", "context_level", "category"):
@@ -162,7 +162,7 @@ def test_explorer_queries_take_any_filter_text(store):
             browse.sample_page(conn, flt)
             assert browse.sample_count(conn, browse.SampleFilter(text=text)) <= total
             browse.compare(conn, text, text)
-            browse.plot_data(conn, all_cells, text)
+            browse_summary.plot_data(conn, all_cells, text)
             assert browse.task(conn, text) is None
         assert browse.sample_count(conn, browse.SampleFilter(text="DROP TABLE samples")) == 1
         assert browse.sample_count(conn, browse.SampleFilter()) == total
