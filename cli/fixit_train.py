@@ -48,7 +48,8 @@ def tiny(
 
     A small Llama-style model from a config, with a BPE tokenizer trained here on the PTX
     corpus (the expert kernels, and the set with --data)."""
-    from ptxbench.engine.fixit.train import TinyConfig, TrainingError, build_tiny_checkpoint, ptx_corpus, require_training_stack
+    from ptxbench.engine.fixit.tiny import TinyConfig, build_tiny_checkpoint, ptx_corpus
+    from ptxbench.engine.fixit.train import TrainingError, require_training_stack
 
     if hidden % heads:
         _fail("--hidden must be a multiple of --heads")

@@ -146,7 +146,8 @@ def run(args: argparse.Namespace, p: dict[str, Any], work: Path, report: dict[st
     from ptxbench.engine.fixit.remeasure import RemeasureConfig, remeasure
     from ptxbench.engine.fixit.select import SelectConfig, leaks, select_pairs
     from ptxbench.engine.fixit.stats import diversity_stats
-    from ptxbench.engine.fixit.train import TinyConfig, TrainConfig, build_tiny_checkpoint, ptx_corpus, train_lora
+    from ptxbench.engine.fixit.tiny import TinyConfig, build_tiny_checkpoint, ptx_corpus
+    from ptxbench.engine.fixit.train import TrainConfig, train_lora
     from ptxbench.tasks.spec import task_ids
 
     with phase("store") as d:

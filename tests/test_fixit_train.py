@@ -18,9 +18,9 @@ pytest.importorskip("transformers")
 
 from ptxbench.engine.fixit.export import build_examples, write_jsonl  # noqa: E402
 from ptxbench.engine.fixit.select import SelectConfig, select_pairs  # noqa: E402
+from ptxbench.engine.fixit.tiny import TinyConfig, build_tiny_checkpoint, ptx_corpus, train_tokenizer  # noqa: E402
 from ptxbench.engine.fixit.train import (  # noqa: E402
-    REPORT_NAME, TinyConfig, TrainConfig, build_tiny_checkpoint, encode_example, eval_loss, load_tuned, ptx_corpus,
-    train_lora, train_tokenizer,
+    REPORT_NAME, TrainConfig, encode_example, eval_loss, load_tuned, train_lora,
 )
 
 VADD = expert_code("vector_add_smoke")
