@@ -161,3 +161,16 @@ def test_kind_of_reads_sources_and_samples():
     assert kind_of("by hand", f, g) == "expert"
     g.model_kind, g.model = "model", "other"
     assert kind_of("by hand", f, g) == "recorded"
+
+
+def test_the_engine_side_never_imports_the_store():
+    import ast
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[1] / "engine" / "fixit"
+    for path in sorted(folder.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            bad = [n for n in names if n.startswith(("ptxbench.db", "ptxbench.models", "ptxbench.tui", "textual"))]
+            assert not bad, f"{path.name} imports {bad}"
