@@ -34,7 +34,7 @@ def _read_set(path: Path) -> list[Any]:
 
 def tiny(
     out: Annotated[Path, typer.Argument(help="folder for the checkpoint (config, weights, tokenizer)")],
-    data: Annotated[Optional[Path], typer.Option("--data", help="also train the tokenizer on this Fixit set")] = None,
+    data: Annotated[Optional[Path], typer.Option("--data", help="also train the tokenizer on this set's train split")] = None,
     vocab: Annotated[int, typer.Option("--vocab", min=300)] = 2048,
     hidden: Annotated[int, typer.Option("--hidden", min=16)] = 64,
     layers: Annotated[int, typer.Option("--layers", min=1)] = 2,
@@ -47,7 +47,7 @@ def tiny(
     """Build a tiny local checkpoint to prove the loop.
 
     A small Llama-style model from a config, with a BPE tokenizer trained here on the PTX
-    corpus (the expert kernels, and the set with --data)."""
+    corpus (the expert kernels, and the set's train split with --data)."""
     from ptxbench.engine.fixit.tiny import TinyConfig, build_tiny_checkpoint, ptx_corpus
     from ptxbench.engine.fixit.train import TrainingError, require_training_stack
 
@@ -57,7 +57,9 @@ def tiny(
         require_training_stack()
     except TrainingError as exc:
         _fail(str(exc), EXIT_FAILED)
-    extra = [m["content"] for e in _read_set(data) for m in e.messages[2:]] if data is not None else []
+    # Only the train split: what the base model's tokenizer learns from must not include held-out kernels.
+    extra = ([m["content"] for e in _read_set(data) if e.split == "train" for m in e.messages[2:]]
+             if data is not None else [])
     config = TinyConfig(vocab_size=vocab, hidden=hidden, layers=layers, heads=heads, seed=seed,
                         pretrain_steps=pretrain_steps, pretrain_seq=pretrain_seq)
     try:
