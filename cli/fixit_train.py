@@ -41,6 +41,7 @@ def tiny(
     heads: Annotated[int, typer.Option("--heads", min=1)] = 4,
     pretrain_steps: Annotated[int, typer.Option("--pretrain-steps", min=0, help="causal-LM steps on the PTX corpus")] = 0,
     pretrain_seq: Annotated[int, typer.Option("--pretrain-seq", min=16)] = 256,
+    exclude_task: Annotated[Optional[list[str]], typer.Option("--exclude-task", help="leave this task's expert kernel out of the corpus (repeatable; with --data, the set's held-out tasks are left out too)")] = None,
     seed: Annotated[int, typer.Option("--seed")] = 0,
     device: Annotated[Optional[str], typer.Option("--device", help="cpu or cuda (default: cuda when there is one)")] = None,
 ) -> None:
@@ -57,16 +58,18 @@ def tiny(
         require_training_stack()
     except TrainingError as exc:
         _fail(str(exc), EXIT_FAILED)
-    # Only the train split: what the base model's tokenizer learns from must not include held-out kernels.
-    extra = ([m["content"] for e in _read_set(data) if e.split == "train" for m in e.messages[2:]]
-             if data is not None else [])
+    # Only the train split, and no held-out task's expert kernel: what the base model learns from
+    # must not include what it is later measured on.
+    examples = _read_set(data) if data is not None else []
+    extra = [m["content"] for e in examples if e.split == "train" for m in e.messages[2:]]
+    excluded = set(exclude_task or ()) | set(task_splits_of(examples)["heldout"])
     config = TinyConfig(vocab_size=vocab, hidden=hidden, layers=layers, heads=heads, seed=seed,
                         pretrain_steps=pretrain_steps, pretrain_seq=pretrain_seq)
     try:
-        info = build_tiny_checkpoint(out, ptx_corpus(extra), config, device=device)
+        info = build_tiny_checkpoint(out, ptx_corpus(extra, exclude_tasks=excluded), config, device=device)
     except TrainingError as exc:
         _fail(str(exc), EXIT_FAILED)
-    typer.echo(json.dumps({"checkpoint": str(out), **info}))
+    typer.echo(json.dumps({"checkpoint": str(out), "corpus_excludes": sorted(excluded), **info}))
 
 
 def train(
