@@ -106,7 +106,7 @@ def test_without_a_gpu_the_gpu_stages_are_a_skip_not_a_verdict(tmp_path):
 
 
 def test_sigterm_ends_the_batch_cleanly_and_keeps_finished_rows(tmp_path):
-    path, ids = _store(tmp_path, ["vadd_ok"] * 12)
+    path, ids = _store(tmp_path, ["vadd_ok"] * 40)
     proc = subprocess.Popen([sys.executable, "-m", "ptxbench.cli.main", "eval", "--db", str(path), "--all-unjudged",
                              "--static", "--json-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines = []

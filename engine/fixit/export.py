@@ -154,8 +154,11 @@ def read_jsonl(path: Path | str, split: str | None = None) -> list[Example]:
 def write_parquet(path: Path | str, examples: Iterable[Example]) -> int:
     """The same examples as a Parquet table: id, split, messages (list of role/content), and the
     meta fields as columns."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise RuntimeError("Parquet export needs pyarrow: pip install 'ptxbench[train]'") from None
 
     rows = []
     for ex in examples:
