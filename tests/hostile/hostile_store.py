@@ -29,13 +29,15 @@ TASK = "vector_add_smoke"
 
 def sample_codes(n: int) -> list[tuple[str, str | None]]:
     """(code, response) pairs for a batch that mixes the costs of real candidates: distinct correct
-    kernels (ptxas and cuobjdump run), copies of one kernel (the assembly cache answers), kernels
-    with a syntax error (ptxas only), and responses with no code (extract only)."""
+    kernels (ptxas and cuobjdump run: each declares its own global, so even the cubins differ and
+    no cache answers), copies of one kernel (the assembly cache answers), kernels with a syntax error
+    (ptxas only), and responses with no code (extract only)."""
     out: list[tuple[str, str | None]] = []
     for i in range(n):
         kind = i % 4
         if kind == 0:
-            out.append((f"// variant {i}\n" + CONTROL, None))
+            out.append((CONTROL.replace(".address_size 64", f".address_size 64\n.visible .global .u32 variant_{i};", 1),
+                        None))
         elif kind == 1:
             out.append((CONTROL, None))
         elif kind == 2:
