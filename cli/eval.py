@@ -53,43 +53,11 @@ def candidate_of(sample: Any) -> Any:
 
 
 def records_of(sample_id: int, j: Any, source: str = SOURCE) -> tuple[Any, list[Any]]:
-    """A Judgement → the evaluation row and its measurement rows (db/records.py)."""
-    from ptxbench.db.records import Evaluation, Measurement
+    """A Judgement → the evaluation row and its measurement rows (one converter for every writer)."""
+    from ptxbench.models.judging import evaluation_records
 
-    st = j.static
-    missing = [m.get("family", "") for m in st.required_missing]
-    uses_ptx = None if st.cubin is None and not st.ptx else not any(m.get("missing") == "ptx" for m in st.required_missing)
-    uses_sass = None if st.cubin is None else not missing
-    evidence: dict[str, Any] = {"static": {k: v for k, v in (("evidence", st.evidence), ("line", st.evidence_line),
-                                                                ("source", st.evidence_source)) if v},
-                                **j.evidence}
-    if st.extract_evidence:
-        evidence["extract"] = st.extract_evidence
-    evidence["seconds"] = {k: round(v, 4) for k, v in j.seconds.items()}
-    sizes = [{"split": m.split, "sizes": m.sizes, "category": m.category, "message": m.message[:500],
-              **m.detail} for m in j.measurements]
-    if sizes:
-        evidence["sizes"] = sizes
-    device = j.device.name if j.device is not None else (
-        "cpu (static stages only)" if j.status == "static" else "no GPU")
-    evaluation = Evaluation(
-        sample_id=sample_id, engine_version=j.engine_version, status=j.status, category=j.category,
-        source=source, device=device, driver=j.device.driver if j.device is not None else None,
-        tool_versions=dict(j.tool_versions), stage=j.stage,
-        compiled=(st.cubin is not None) if st.stage in ("assemble", "inspect") else None,
-        correct=j.correct, correct_heldout=j.correct_heldout, uses_ptx=uses_ptx, uses_sass=uses_sass,
-        executed=j.executed, ptx_families=list(st.ptx_families), sass_families=list(st.sass_families),
-        required_missing=missing, resources=dict(st.resources), warnings=list(st.warnings), evidence=evidence,
-        assembler_log=st.assembler_log or None, ptx=st.ptx or None, sass=st.sass or None,
-        time_ms=j.time_ms, baseline_ms=j.baseline_ms, speedup=j.speedup, tflops=j.tflops,
-    )
-    measurements = [
-        Measurement(split=m.split, sizes=dict(m.sizes), category=m.category, max_rel_err=m.max_rel_err,
-                    worst=m.worst, time_ms=m.time_ms, time_spread=m.time_spread, baseline_ms=m.baseline_ms,
-                    speedup=m.speedup, tflops=m.tflops)
-        for m in j.measurements
-    ]
-    return evaluation, measurements
+    judged = evaluation_records(j, sample_id, source)
+    return judged.evaluation, judged.measurements
 
 
 # -- progress ---------------------------------------------------------------------------

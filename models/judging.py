@@ -153,6 +153,8 @@ def evaluation_records(result: Any, sample_id: int, source: str, extra_evidence:
     fields["tool_versions"].update(j.tool_versions)
     evidence.update({k: v for k, v in j.evidence.items() if k not in evidence})
     device = j.device.name if j.device is not None else CPU_DEVICE
+    if j.device is None and j.status.startswith("skipped: "):
+        device = "no GPU"  # the GPU stages were asked for; evidence["device"] says why none ran
     evaluation = Evaluation(
         sample_id=sample_id, engine_version=j.engine_version, status=j.status, category=j.category,
         stage=j.stage, source=source, device=device, driver=j.device.driver if j.device is not None else None,
@@ -165,11 +167,12 @@ def evaluation_records(result: Any, sample_id: int, source: str, extra_evidence:
                     speedup=m.speedup, tflops=m.tflops)
         for m in j.measurements
     ]
-    if any(m.message for m in j.measurements):
-        evaluation.evidence["sizes"] = [
-            {"split": m.split, "sizes": m.sizes, "category": m.category, "message": m.message[-1500:]}
-            for m in j.measurements if m.message
-        ]
+    sizes = [{"split": m.split, "sizes": m.sizes, "category": m.category, "message": m.message[-1500:],
+              **(m.detail or {})} for m in j.measurements if m.message or m.detail]
+    if sizes:
+        evaluation.evidence["sizes"] = sizes
+    if j.seconds:
+        evaluation.evidence["seconds"] = {k: round(v, 4) for k, v in j.seconds.items()}
     return Judged(evaluation, measurements)
 
 

@@ -67,7 +67,7 @@ def test_static_batch_writes_rows_and_follows_the_event_contract(tmp_path):
     assert ok.status == "static" and ok.category == "ok" and ok.compiled is True
     assert ok.device == "cpu (static stages only)" and ok.source == "ptxbench eval"
     assert ok.engine_version and ok.tool_versions.get("ptxas")
-    assert ok.ptx and ok.sass
+    assert ok.sass and ok.ptx is None  # a PTX candidate's PTX is its code; only nvcc's output is stored
     none = evaluations_for(db, ids[2])[0]
     assert none.category == "no_candidate" and none.status == "judged"
     db.conn.close()
