@@ -148,15 +148,21 @@ class PtxbenchApp(App[int]):
 
     @work(thread=True, group="labels", exit_on_error=False, description="current label")
     def load_label_context(self, sample_id: int) -> None:
-        try:
-            detail = browse.sample_detail(browse.connect(self.db_path), sample_id)
-        except Exception as exc:  # noqa: BLE001
-            self.post_message(StoreFailed(str(exc)))
-            return
+        detail = self._read_detail(sample_id)
         if detail is None:
-            self.post_message(StoreFailed(f"no sample {sample_id}"))
             return
         self.call_from_thread(self._open_label_dialog, detail)
+
+    def _read_detail(self, sample_id: int) -> browse.SampleDetail | None:
+        """One sample's detail, read in a worker thread; a failure is reported, not raised."""
+        try:
+            detail = browse.sample_detail(browse.connect(self.db_path), sample_id)
+        except Exception as exc:  # noqa: BLE001 - a store that breaks while open is reported
+            self.post_message(StoreFailed(str(exc)))
+            return None
+        if detail is None:
+            self.post_message(StoreFailed(f"no sample {sample_id}"))
+        return detail
 
     def _open_label_dialog(self, detail: browse.SampleDetail) -> None:
         from ptxbench.tui.screens.dialogs import LabelChoice, LabelDialog
@@ -177,13 +183,8 @@ class PtxbenchApp(App[int]):
     def flip_fixit(self, sample_id: int) -> None:
         from ptxbench.tui.screens.dialogs import LabelChoice
 
-        try:
-            detail = browse.sample_detail(browse.connect(self.db_path), sample_id)
-        except Exception as exc:  # noqa: BLE001
-            self.post_message(StoreFailed(str(exc)))
-            return
+        detail = self._read_detail(sample_id)
         if detail is None:
-            self.post_message(StoreFailed(f"no sample {sample_id}"))
             return
         label = detail.label
         choice = LabelChoice(label.category if label else None, label.note if label else "",
