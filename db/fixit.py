@@ -256,7 +256,31 @@ def fixit_pairs(
     offset: int = 0,
 ) -> list[FixitPairRow]:
     """The stored Fixit pairs, filtered, ordered by task, category and id."""
-    conn = _conn(db)
+    rows = _pair_rows(_conn(db), task_id=task_id, category=category, kind=kind, verified_only=verified_only)
+    start = max(0, int(offset))
+    return rows[start:start + max(0, int(limit))]
+
+
+def fixit_pair_page(
+    db: Store,
+    *,
+    task_id: str | None = None,
+    category: str | None = None,
+    kind: str | None = None,
+    verified_only: bool = False,
+    limit: int = 200,
+    offset: int = 0,
+) -> tuple[list[FixitPairRow], int]:
+    """One page of `fixit_pairs` and how many pairs the filter selects in all, from one read."""
+    rows = _pair_rows(_conn(db), task_id=task_id, category=category, kind=kind, verified_only=verified_only)
+    start = max(0, int(offset))
+    return rows[start:start + max(0, int(limit))], len(rows)
+
+
+def _pair_rows(conn: sqlite3.Connection, *, task_id: str | None, category: str | None, kind: str | None,
+               verified_only: bool) -> list[FixitPairRow]:
+    # The task narrows in SQL; category (a person's label may change it), kind and whether a
+    # pair counts follow the engine's rules, so they are applied to the records.
     pairs = stored_pairs(conn, task_ids=[task_id] if task_id else None, include_code=False)
     counts_by_key = Counter((r.failed, r.fixed) for r in _fix_rows(conn, [task_id] if task_id else None))
     rows: list[FixitPairRow] = []
@@ -276,8 +300,49 @@ def fixit_pairs(
             explanations=counts_by_key[p.key],
         ))
     rows.sort(key=lambda r: (r.task_id, r.category, r.fix_id))
-    start = max(0, int(offset))
-    return rows[start:start + max(0, int(limit))]
+    return rows
+
+
+@dataclass(frozen=True)
+class FixitFacets:
+    """The values the explorer's Fixit filters offer: those of every stored pair."""
+
+    tasks: list[str]
+    categories: list[str]
+    kinds: list[str]
+
+
+def fixit_facets(db: Store) -> FixitFacets:
+    pairs = stored_pairs(_conn(db), include_code=False)
+    return FixitFacets(
+        tasks=sorted({p.task_id for p in pairs}),
+        categories=sorted({p.category for p in pairs}),
+        kinds=sorted({p.kind for p in pairs}),
+    )
+
+
+# Lines of a code text as str.splitlines counts them: one per newline, plus an unterminated last line.
+_LINES = "(LENGTH({c}) - LENGTH(REPLACE({c}, char(10), '')) + ({c} != '' AND substr({c}, -1) != char(10)))"
+
+
+def fixit_lengths(db: Store) -> dict[str, Any]:
+    """How long the stored pairs are: lines of the failed and of the fixed code (each pair
+    once) and characters of the explanations (every explanation row)."""
+    from ptxbench.engine.fixit.stats import distribution
+
+    conn = _conn(db)
+    code_rows = conn.execute(
+        f"""SELECT {_LINES.format(c="COALESCE(a.code, '')")}, {_LINES.format(c="COALESCE(b.code, '')")}
+            FROM (SELECT DISTINCT failed_sample_id, fixed_sample_id FROM fixes) f
+            JOIN samples a ON a.id = f.failed_sample_id
+            JOIN samples b ON b.id = f.fixed_sample_id"""
+    ).fetchall()
+    explanation_chars = [r[0] for r in conn.execute("SELECT LENGTH(COALESCE(explanation, '')) FROM fixes")]
+    return {
+        "failed_lines": distribution([r[0] for r in code_rows]),
+        "fixed_lines": distribution([r[1] for r in code_rows]),
+        "explanation_chars": distribution(explanation_chars),
+    }
 
 
 def fixit_stats(db: Store) -> dict[str, Any]:
