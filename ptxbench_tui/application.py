@@ -51,6 +51,7 @@ class PtxbenchApp(App[int]):
         "compare": _lazy("compare", "CompareScreen"),
         "live": _lazy("live", "LiveScreen"),
         "plots": _lazy("plots", "PlotsScreen"),
+        "fixit": _lazy("fixit", "FixitScreen"),
     }
     MODES = {name: name for name in SCREENS}
     DEFAULT_MODE = "overview"

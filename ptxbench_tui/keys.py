@@ -22,6 +22,7 @@ _REGISTRY: list[tuple[str, str, str, str, str, str, bool]] = [
     ("app", "app.compare", "5", "switch_mode('compare')", "Compare", "Models side by side on one task", True),
     ("app", "app.live", "6", "switch_mode('live')", "Live", "Re-verify and re-time with the engine", True),
     ("app", "app.plots", "7", "switch_mode('plots')", "Plots", "Speedup distributions and rates", True),
+    ("app", "app.fixit", "8", "switch_mode('fixit')", "Fixit", "Fix pairs and the Fixit set's statistics", True),
     ("app", "app.help", "question_mark", "help", "Help", "Keys of this view and what they do", True),
     ("app", "app.theme", "T", "change_theme", "Theme", "Pick a theme (PTX colours follow it)", False),
     ("app", "app.reload", "ctrl+r", "reload_store", "Reload", "Re-read the store", False),
@@ -86,6 +87,13 @@ _REGISTRY: list[tuple[str, str, str, str, str, str, bool]] = [
     # -- plots ---------------------------------------------------------------------
     ("plots", "plots.prev_tab", "left_square_bracket", "prev_tab", "Prev plot", "", True),
     ("plots", "plots.next_tab", "right_square_bracket", "next_tab", "Next plot", "", True),
+    # -- fixit ---------------------------------------------------------------------
+    ("fixit", "fixit.diff", "d", "diff", "Diff", "Diff the failed sample with its fix (Enter does too)", True),
+    ("fixit", "fixit.explain", "e", "explain", "Explanation", "The pair's explanation in full", True),
+    ("fixit", "fixit.verified", "v", "toggle_verified", "Verified only", "Only pairs that count: their fix passed the engine", True),
+    ("fixit", "fixit.next_page", "n", "next_page", "Next page", "", True),
+    ("fixit", "fixit.prev_page", "p", "prev_page", "Prev page", "", True),
+    ("fixit", "fixit.clear", "c", "clear_filters", "Clear", "Every pair: task, category, kind and verified-only cleared", True),
     # -- dialogs -------------------------------------------------------------------
     ("dialog", "dialog.cancel", "escape", "cancel", "Cancel", "", True),
     ("dialog", "dialog.save", "ctrl+s", "save", "Save", "", True),
@@ -93,7 +101,7 @@ _REGISTRY: list[tuple[str, str, str, str, str, str, bool]] = [
 
 _SCOPES: dict[str, list[Binding]] = {}
 for scope, bid, key, action, description, tooltip, show in _REGISTRY:
-    group = VIEWS if bid in {f"app.{m}" for m in ("overview", "tasks", "samples", "triage", "compare", "live", "plots")} else None
+    group = VIEWS if bid in {f"app.{m}" for m in ("overview", "tasks", "samples", "triage", "compare", "live", "plots", "fixit")} else None
     _SCOPES.setdefault(scope, []).append(
         Binding(key, action, description, show=show, id=bid, tooltip=tooltip, group=group)
     )

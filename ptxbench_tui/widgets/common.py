@@ -16,6 +16,7 @@ MODES: tuple[tuple[str, str, str], ...] = (
     ("5", "compare", "Compare"),
     ("6", "live", "Live"),
     ("7", "plots", "Plots"),
+    ("8", "fixit", "Fixit"),
 )
 
 
