@@ -321,6 +321,27 @@ def fixit_facets(db: Store) -> FixitFacets:
     )
 
 
+def fixit_changes(db: Store, keys: Iterable[tuple[int, int]]) -> dict[tuple[int, int], tuple[bool, bool]]:
+    """For each (failed, fixed) pair: whether the fix changes the code, and whether it changes
+    the launch manifest. Many seeded fixes change only the manifest (an argument order, a grid),
+    so a code diff of such a pair is empty."""
+    conn = _conn(db)
+    wanted = sorted(set(keys))
+    out: dict[tuple[int, int], tuple[bool, bool]] = {}
+    for i in range(0, len(wanted), _CHUNK):
+        chunk = wanted[i:i + _CHUNK]
+        values = ", ".join("(?, ?)" for _ in chunk)
+        rows = conn.execute(
+            f"""WITH k(failed, fixed) AS (VALUES {values})
+                SELECT k.failed, k.fixed, a.code IS NOT b.code, a.manifest, b.manifest
+                FROM k JOIN samples a ON a.id = k.failed JOIN samples b ON b.id = k.fixed""",
+            [x for pair in chunk for x in pair])
+        for failed, fixed, code_differs, manifest_a, manifest_b in rows:
+            # Compared as JSON, so key order or spacing is not a change.
+            out[(failed, fixed)] = (bool(code_differs), _json(manifest_a, None) != _json(manifest_b, None))
+    return out
+
+
 # Lines of a code text as str.splitlines counts them: one per newline, plus an unterminated last line.
 _LINES = "(LENGTH({c}) - LENGTH(REPLACE({c}, char(10), '')) + ({c} != '' AND substr({c}, -1) != char(10)))"
 

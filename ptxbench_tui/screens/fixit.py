@@ -32,8 +32,8 @@ from ptxbench.tui.widgets.row_table import RowTable
 
 PAGE_SIZE = 200
 # The columns a reader needs first come first; the fixes row's id is last.
-COLUMNS = ("Failed", "Fixed", "Task", "Category", "Kind", "Verified", "Counts", "Explanation source", "Expl.", "Model",
-           "Arch", "Fix")
+COLUMNS = ("Failed", "Fixed", "Task", "Category", "Kind", "Changes", "Verified", "Counts", "Explanation source", "Expl.",
+           "Model", "Arch", "Fix")
 FILTERS = [("task_id", "Task"), ("category", "Category"), ("kind", "Kind")]
 BAR_WIDTH = 12
 NAME_WIDTH = 28
@@ -73,6 +73,7 @@ class FixitPageLoaded(Message):
     request: int
     rows: list[fixit_db.FixitPairRow]
     total: int
+    changes: dict[tuple[int, int], tuple[bool, bool]]  # (failed, fixed) → (code changed, manifest changed)
 
 
 @dataclass
@@ -93,6 +94,7 @@ class FixitScreen(ViewScreen):
         self.filter = PairFilter()
         self.page_offset = 0
         self.rows: list[fixit_db.FixitPairRow] = []
+        self.changes: dict[tuple[int, int], tuple[bool, bool]] = {}
         self.total: int | None = None
         self.request = 0
         self.stats: dict[str, Any] | None = None
@@ -112,7 +114,7 @@ class FixitScreen(ViewScreen):
     def on_mount(self) -> None:
         # ViewScreen's own on_mount runs too (Textual dispatches it along the MRO) and
         # watches the store's version; this view reads its data itself, at once.
-        self.query_one(RowTable).set_columns(list(COLUMNS), right=(0, 1, 8, 11))
+        self.query_one(RowTable).set_columns(list(COLUMNS), right=(0, 1, 9, 12))
         self.refresh_data()
 
     def refresh_data(self) -> None:
@@ -137,10 +139,11 @@ class FixitScreen(ViewScreen):
         try:
             conn = browse.connect(self.ptx.db_path)
             rows, total = fixit_db.fixit_pair_page(conn, **flt.query_args(), limit=PAGE_SIZE, offset=offset)
+            changes = fixit_db.fixit_changes(conn, [(r.failed_sample_id, r.fixed_sample_id) for r in rows])
         except Exception as exc:  # noqa: BLE001 - shown to the user, the view stays usable
             self.post_message(StoreFailed(f"fixit: {exc}"))
             return
-        self.post_message(FixitPageLoaded(request, rows, total))
+        self.post_message(FixitPageLoaded(request, rows, total, changes))
 
     @work(thread=True, exclusive=True, group="fixit-stats", exit_on_error=False, description="fixit statistics")
     def load_stats(self) -> None:
@@ -159,8 +162,9 @@ class FixitScreen(ViewScreen):
         keep = self.selected()
         self.rows = message.rows
         self.total = message.total
+        self.changes = message.changes
         cursor = next((i for i, r in enumerate(self.rows) if keep and r.fix_id == keep.fix_id), None)
-        self.query_one(RowTable).set_rows([_cells(r) for r in self.rows], cursor=cursor)
+        self.query_one(RowTable).set_rows([_cells(r, self.changed(r)) for r in self.rows], cursor=cursor)
         self._status()
         self._preview()
 
@@ -186,6 +190,8 @@ class FixitScreen(ViewScreen):
             what = DESCRIPTIONS.get(row.category, "")
             head = f"[b]#{row.failed_sample_id} → #{row.fixed_sample_id}[/b] {escape(row.category)}"
             head += f" [dim]({escape(what)})[/dim]" if what else ""
+            if self.changed(row) == "manifest":
+                head += " · [b]the fix is in the launch manifest[/b] [dim](the code is the same)[/dim]"
             body = escape(row.explanation) if row.explanation else "[dim]no explanation stored[/dim]"
             text = f"{head}\n{body}"
         self.query_one("#fixit-preview", Static).update(text)
@@ -195,6 +201,11 @@ class FixitScreen(ViewScreen):
 
     def on_row_table_row_selected(self, _event: RowTable.RowSelected) -> None:
         self.action_diff()
+
+    def changed(self, row: fixit_db.FixitPairRow) -> str:
+        """What the pair's fix changes: the code, the launch manifest or both."""
+        code, manifest = self.changes.get((row.failed_sample_id, row.fixed_sample_id), (False, False))
+        return ", ".join(what for what, yes in (("code", code), ("manifest", manifest)) if yes) or "nothing"
 
     def selected(self) -> fixit_db.FixitPairRow | None:
         table = self.query_one(RowTable)
@@ -270,9 +281,9 @@ class ExplanationScreen(ModalScreen[None]):
         self.dismiss(None)
 
 
-def _cells(r: fixit_db.FixitPairRow) -> tuple[str, ...]:
+def _cells(r: fixit_db.FixitPairRow, changes: str) -> tuple[str, ...]:
     return (str(r.failed_sample_id), str(r.fixed_sample_id), r.task_id,
-            r.category + (" (held-out)" if r.heldout_only else ""), r.kind, r.verification,
+            r.category + (" (held-out)" if r.heldout_only else ""), r.kind, changes, r.verification,
             "yes" if r.counts else "no", r.explanation_source or "—", str(r.explanations), r.model or "—", r.arch,
             str(r.fix_id))
 

@@ -16,7 +16,7 @@ from ptxbench.db import browse
 from ptxbench.db import fixit as fixit_db
 from ptxbench.db.records import Fix
 from ptxbench.db.store import open_store
-from ptxbench.db.writes import add_fix
+from ptxbench.db.writes import add_fix, add_sample
 from ptxbench.tui.app import make_app
 from ptxbench.tui.screens import fixit as fixit_screen
 from ptxbench.tui.screens.diff import DiffScreen
@@ -97,9 +97,9 @@ async def test_lists_every_pair_with_its_statistics(fixit_app, ids):
         assert (bad_fix.verification, bad_fix.counts) == ("failed", False)
         assert by_pair[(ids.syntax_sample, ids.expert_vecadd)].kind == "mutation"
         # The table shows the same rows: failed, fixed, task, category, kind, verified, counts, explanation source.
-        cells = {tuple(screen.query_one(RowTable).get_row_at(i)[:8]) for i in range(4)}
-        assert (str(ids.wrong_result), str(ids.turn2), "gemm_bf16_sm90a", "wrong_result", "later_turn", "gpu", "yes",
-                "model:fixture-reviewer") in cells
+        cells = {tuple(screen.query_one(RowTable).get_row_at(i)[:9]) for i in range(4)}
+        assert (str(ids.wrong_result), str(ids.turn2), "gemm_bf16_sm90a", "wrong_result", "later_turn", "code", "gpu",
+                "yes", "model:fixture-reviewer") in cells
         # The statistics panel.
         assert screen.stats is not None and screen.lengths is not None
         assert (screen.stats["pairs"], screen.stats["verified"], screen.stats["unverified"]) == (4, 3, 1)
@@ -265,6 +265,30 @@ def test_lengths_count_lines_as_splitlines_does(fixit_store):
     assert (lengths["fixed_lines"]["min"], lengths["fixed_lines"]["max"]) == (fixed[0], fixed[-1])
     assert lengths["explanation_chars"]["max"] == len(MODEL_EXPLANATION)
     assert lengths["explanation_chars"]["n"] == 5  # every explanation row, the second one of a pair too
+
+
+def test_changes_tell_the_code_from_the_manifest(fixit_store, ids):
+    from ptxbench.db.records import Sample
+
+    db = open_store(fixit_store)
+    try:
+        code = db.conn.execute("SELECT code FROM samples WHERE id = ?", (ids.expert_vecadd,)).fetchone()[0]
+        launch = {"entry": "vector_add", "args": ["X", "Y", "Z", "i32:N"], "block": [256, 1, 1]}
+        wrong_grid = add_sample(db, Sample(task_id="vector_add_smoke", language="ptx", code=code, source="fixture: grid",
+                                           manifest={"launches": [{**launch, "grid": [1, 1, 1]}]})).id
+        right_grid = add_sample(db, Sample(task_id="vector_add_smoke", language="ptx", code=code, source="fixture: grid",
+                                           manifest={"launches": [{**launch, "grid": ["ceil_div(N, 1024)", 1, 1]}]})).id
+        # The same manifest with its keys in another order, and the code changed.
+        reordered = add_sample(db, Sample(task_id="vector_add_smoke", language="ptx", code=code + "\n// note\n",
+                                          source="fixture: grid",
+                                          manifest={"launches": [dict(reversed(list({**launch, "grid": [1, 1, 1]}.items())))]})).id
+    finally:
+        db.conn.close()
+    conn = browse.connect(fixit_store, cached=False)
+    changes = fixit_db.fixit_changes(conn, [(wrong_grid, right_grid), (wrong_grid, reordered),
+                                            (ids.syntax_sample, ids.expert_vecadd), (ids.syntax_sample, 10**6)])
+    assert changes == {(wrong_grid, right_grid): (False, True), (wrong_grid, reordered): (True, False),
+                       (ids.syntax_sample, ids.expert_vecadd): (True, False)}  # no sample 10**6: left out
 
 
 # -- the snapshot ------------------------------------------------------------------------
