@@ -1,4 +1,4 @@
-"""Diffs of two kernels (or their SASS, assembler logs, evidence), noise first.
+"""Diffs of two kernels (or their launch manifests, SASS, assembler logs, evidence), noise first.
 
 Pure functions, run in a worker thread: the event loop never waits on difflib.
 Before comparing, lines can be cleaned the way Compiler Explorer does it:
@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 
 from ptxbench.db.browse import SampleDetail
 
-TARGETS = ("ptx", "sass", "log", "evidence")
-TARGET_NAMES = {"ptx": "PTX", "sass": "SASS", "log": "assembler log", "evidence": "evidence"}
+TARGETS = ("ptx", "manifest", "sass", "log", "evidence")
+TARGET_NAMES = {"ptx": "PTX", "manifest": "launch manifest", "sass": "SASS", "log": "assembler log",
+                "evidence": "evidence"}
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,14 @@ def text_of(detail: SampleDetail, target: str) -> str:
     latest = detail.latest
     if target == "ptx":
         return detail.ptx
+    if target == "manifest":
+        # Pretty-printed with sorted keys, so a fix that changes one launch field is one line.
+        if not detail.manifest:
+            return ""
+        try:
+            return json.dumps(json.loads(detail.manifest), indent=2, sort_keys=True)
+        except ValueError:
+            return detail.manifest
     if target == "sass":
         return (latest.sass if latest else None) or ""
     if target == "log":

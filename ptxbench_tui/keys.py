@@ -62,7 +62,7 @@ _REGISTRY: list[tuple[str, str, str, str, str, str, bool]] = [
     # -- diff ----------------------------------------------------------------------
     ("diff", "diff.back", "escape", "back", "Back", "", True),
     ("diff", "diff.split", "s", "toggle_split", "Split/unified", "Side by side or unified", True),
-    ("diff", "diff.target", "t", "cycle_target", "What", "Diff PTX, SASS, assembler log or evidence", True),
+    ("diff", "diff.target", "t", "cycle_target", "What", "Diff PTX, launch manifest, SASS, assembler log or evidence", True),
     ("diff", "diff.noise", "N", "toggle_noise", "Noise", "Hide .loc/.file lines and comments", True),
     ("diff", "diff.registers", "g", "toggle_registers", "Renumber regs", "Renumber registers in order of use", True),
     ("diff", "diff.whitespace", "w", "toggle_whitespace", "Whitespace", "Ignore whitespace", True),

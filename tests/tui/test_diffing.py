@@ -40,3 +40,19 @@ def test_whitespace_option():
     a, b = "\tadd.s32 %r1, %r2, 1;\n", "  add.s32   %r1, %r2, 1;\n"
     assert diff(a, b, DiffOptions(whitespace=True)).changed == 0
     assert diff(a, b, DiffOptions(whitespace=False)).changed == 1
+
+
+def test_a_manifest_only_fix_diffs_as_one_changed_line():
+    from ptxbench.db.browse import SampleDetail
+    from ptxbench.tui.diffing import text_of
+
+    def detail(manifest: str) -> SampleDetail:
+        return SampleDetail(id=1, task_id="t", arch="sm_90a", families=[], model="m", context_level="none", turn=1,
+                            parent_id=None, language="ptx", code="", manifest=manifest, source="s", evaluations=[],
+                            measurements=[], labels=[])
+
+    failed = detail('{"launches": [{"entry": "k", "grid": ["N // 1024", 1, 1], "block": [256, 1, 1]}]}')
+    fixed = detail('{"launches":[{"block":[256,1,1],"entry":"k","grid":["ceil_div(N, 1024)",1,1]}]}')
+    result = diff(text_of(failed, "manifest"), text_of(fixed, "manifest"), DiffOptions(target="manifest"))
+    assert (result.added, result.removed, result.changed) == (0, 0, 1)
+    assert text_of(detail(None), "manifest") == ""

@@ -182,6 +182,9 @@ async def test_diff_with_fix_split_target_and_noise(app_for, ids):
         assert not view.split and view.line_count == split_lines + 1  # a change is two lines unified
         await pilot.press("t")
         await settle(pilot)
+        assert diff.options.target == "manifest"
+        await pilot.press("t")
+        await settle(pilot)
         assert diff.options.target == "sass"
         await pilot.press("t")
         await settle(pilot)
