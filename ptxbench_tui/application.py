@@ -130,7 +130,7 @@ class PtxbenchApp(App[int]):
     def on_show_diff(self, message: ShowDiff) -> None:
         from ptxbench.tui.screens.diff import DiffScreen
 
-        self.push_screen(DiffScreen(message.left, message.right))
+        self.push_screen(DiffScreen(message.left, message.right, target=message.target))
 
     async def on_reverify(self, message: Reverify) -> None:
         await self.switch_mode("live")

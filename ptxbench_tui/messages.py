@@ -117,6 +117,7 @@ class ShowSample(Message):
 class ShowDiff(Message):
     left: int
     right: int | None  # None: the fix partner of `left`
+    target: str = "ptx"  # what to diff first (ptxbench.tui.diffing.TARGETS)
 
 
 @dataclass

@@ -24,11 +24,11 @@ class DiffScreen(Screen):
     BINDINGS = keys.bindings("diff")
     AUTO_FOCUS = "#diff-view"
 
-    def __init__(self, left: int, right: int | None = None) -> None:
+    def __init__(self, left: int, right: int | None = None, target: str = "ptx") -> None:
         super().__init__()
         self.left = left
         self.right = right
-        self.options = DiffOptions()
+        self.options = DiffOptions(target=target)
         self.request = 0
         self.result_stats = ""
         self.titles = ("", "")

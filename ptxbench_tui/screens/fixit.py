@@ -229,7 +229,9 @@ class FixitScreen(ViewScreen):
     # -- actions ---------------------------------------------------------------------
     def action_diff(self) -> None:
         if (row := self.selected()) is not None:
-            self.post_message(ShowDiff(row.failed_sample_id, row.fixed_sample_id))
+            # A fix made only in the launch manifest opens on the manifest: its PTX is the same.
+            target = "manifest" if self.changed(row) == "manifest" else "ptx"
+            self.post_message(ShowDiff(row.failed_sample_id, row.fixed_sample_id, target))
 
     def action_explain(self) -> None:
         if (row := self.selected()) is not None:
