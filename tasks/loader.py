@@ -15,6 +15,7 @@ from ptxbench.tasks.spec import (
     ARCHES,
     BASELINES,
     BUILTIN_NAMES,
+    DEFAULT_ELEMENT_FACTOR,
     DISTRIBUTIONS,
     DTYPE_BYTES,
     FAMILIES,
@@ -207,8 +208,9 @@ def load_spec_file(path: Path) -> TaskSpec:
 
     tol_t = r.get(data, "tolerance", dict, "")
     for k in tol_t:
-        if k not in ("metric", "max", "per_output"):
-            raise r.fail(f"tolerance.{k}", "unknown field (allowed: metric, max, per_output)")
+        if k not in ("metric", "max", "per_output", "element_factor", "outliers"):
+            raise r.fail(f"tolerance.{k}", "unknown field (allowed: metric, max, per_output, element_factor, "
+                                           "outliers)")
     metric = r.get(tol_t, "metric", str, "tolerance")
     if metric not in METRICS:
         raise r.fail("tolerance.metric", f"unknown metric {metric!r} (known: {', '.join(METRICS)})")
@@ -221,6 +223,12 @@ def load_spec_file(path: Path) -> TaskSpec:
             raise r.fail(f"tolerance.per_output.{k}", f"expected a number, got {v!r}")
     if tol_max <= 0 or any(v <= 0 for v in per_output.values()):
         raise r.fail("tolerance", "tolerances must be positive")
+    element_factor = float(r.get(tol_t, "element_factor", (int, float), "tolerance", DEFAULT_ELEMENT_FACTOR))
+    if element_factor < 1:
+        raise r.fail("tolerance.element_factor", "must be at least 1 (the element bound is looser than the aggregate)")
+    outliers = float(r.get(tol_t, "outliers", (int, float), "tolerance", 0.0))
+    if not 0 <= outliers <= 1e-3:
+        raise r.fail("tolerance.outliers", "a fraction between 0 and 0.001 (a tiny share of elements, or none)")
 
     launch = _launch(r, data.get("launch"), allowed | seen)
 
@@ -238,7 +246,7 @@ def load_spec_file(path: Path) -> TaskSpec:
         description=r.get(data, "description", str, "").strip(),
         inputs=inputs,
         outputs=outputs,
-        tolerance=Tolerance(metric, tol_max, {k: float(v) for k, v in per_output.items()}),
+        tolerance=Tolerance(metric, tol_max, {k: float(v) for k, v in per_output.items()}, element_factor, outliers),
         headline=headline,
         train=train,
         heldout=heldout,

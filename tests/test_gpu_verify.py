@@ -104,3 +104,109 @@ def test_poison_is_recognised_in_every_dtype(dtype):
     buf.tensor.view(-1)[:10] = 0
     assert buf.unwritten() == (54, 10)
     assert isinstance(poison_value(dtype), int)
+
+
+# -- the element-wise bound -------------------------------------------------------------------------
+
+from ptxbench.engine.gpu.verify import decode, summarize  # noqa: E402
+from ptxbench.tasks.spec import ElementBound, Tolerance  # noqa: E402
+
+
+@pytest.fixture
+def rows():
+    """A [64, 4096] bf16 output whose reference is N(0, 1): the shape of an RMSNorm."""
+    arena = Arena(torch.device("cpu"))
+    arena.add("X", "bf16", (64, 4096), "input")
+    arena.add("Y", "bf16", (64, 4096), "output")
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(64, 4096, generator=gen)
+    pristine = {"X": x.to(torch.bfloat16)}
+    arena.fill(pristine, {})
+    ref = {"Y": x.double()}
+    arena.buffers["Y"].tensor.copy_(x.to(torch.bfloat16))    # right up to bf16 rounding
+    return arena, pristine, ref
+
+
+LIMITS = {"Y": 1e-2}
+BOUNDS = {"Y": Tolerance("rel_l2", 1e-2).element_for("Y", "bf16")}
+
+
+def test_rounding_to_the_output_dtype_passes_the_element_bound(rows):
+    arena, pristine, ref = rows
+    v = verify(arena, pristine, ref, "rel_l2", LIMITS, BOUNDS)
+    assert v.category == "ok"
+    e = v.detail["elements"]["Y"]
+    assert e["violations"] == 0 and e["max_ratio"] < 0.1          # bf16 rounding is far inside 8x the limit
+
+
+def test_zeros_in_one_element_of_every_eighth_row_are_a_wrong_result(rows):
+    arena, pristine, ref = rows
+    y = arena.buffers["Y"].tensor
+    y[::8, 17] = 0
+    v = verify(arena, pristine, ref, "rel_l2", LIMITS, BOUNDS)
+    assert v.errors["Y"] < LIMITS["Y"]                               # the aggregate alone would pass it
+    assert v.category == "wrong_result"
+    e = v.detail["elements"]["Y"]
+    assert e["first_index"] == [0, 17] and e["got"] == 0.0 and e["violations"] >= 1
+    # Without the element bound this is the hole the red team found.
+    assert verify(arena, pristine, ref, "rel_l2", LIMITS).category == "ok"
+
+
+def test_a_wrong_tail_is_a_wrong_result_at_its_first_element(rows):
+    arena, pristine, ref = rows
+    y = arena.buffers["Y"].tensor
+    y.view(-1)[-5:] = 3.0
+    v = verify(arena, pristine, ref, "rel_l2", LIMITS, BOUNDS)
+    assert v.category == "wrong_result"
+    assert v.detail["elements"]["Y"]["first_index"][0] == 63
+
+
+def test_a_stated_fraction_of_outliers_is_allowed_and_no_more(rows):
+    arena, pristine, ref = rows
+    y = arena.buffers["Y"].tensor
+    flat = y.view(-1)
+    flat[100] = flat[100] + 50
+    loose = {"Y": ElementBound(BOUNDS["Y"].rtol, BOUNDS["Y"].atol, outliers=2 / flat.numel())}
+    limits = {"Y": 1.0}
+    assert verify(arena, pristine, ref, "rel_l2", limits, loose).category == "ok"
+    flat[200] = flat[200] + 50
+    flat[300] = flat[300] + 50
+    assert verify(arena, pristine, ref, "rel_l2", limits, loose).category == "wrong_result"
+
+
+def test_the_bound_scales_with_the_output(rows):
+    """A tiny output with tiny errors passes; all zeros never does (KernelBench#165)."""
+    arena, pristine, ref = rows
+    small = {"Y": ref["Y"] * 1e-6}
+    arena.buffers["Y"].tensor.copy_(small["Y"].to(torch.bfloat16))
+    assert verify(arena, pristine, small, "rel_l2", LIMITS, BOUNDS).category == "ok"
+    arena.buffers["Y"].tensor.zero_()
+    assert verify(arena, pristine, small, "rel_l2", LIMITS, BOUNDS).category == "wrong_result"
+
+
+def test_summarize_then_decode_is_verify(rows):
+    arena, pristine, ref = rows
+    arena.buffers["Y"].tensor[3, 3] = 9
+    summary = summarize(arena, pristine, ref, "rel_l2", BOUNDS)
+    assert summary.dtype == torch.float64 and summary.dim() == 1
+    late = decode(summary.tolist(), arena, "rel_l2", LIMITS, BOUNDS)
+    now = verify(arena, pristine, ref, "rel_l2", LIMITS, BOUNDS)
+    assert late == now and late.category == "wrong_result"
+
+
+def test_fingerprints_tell_two_outputs_apart(rows):
+    arena, pristine, ref = rows
+    a = verify(arena, pristine, ref, "rel_l2", LIMITS, BOUNDS).fingerprints
+    arena.buffers["Y"].tensor[0, 0] += 1
+    b = verify(arena, pristine, ref, "rel_l2", LIMITS, BOUNDS).fingerprints
+    assert a["Y"] != b["Y"]
+
+
+def test_every_task_states_an_element_bound_at_least_its_dtype_can_hold():
+    from ptxbench.tasks.spec import ROUNDING_FLOOR, all_tasks
+
+    for task in all_tasks():
+        for out in task.outputs:
+            b = task.tolerance.element_for(out.name, out.dtype)
+            assert b is not None and b.rtol >= ROUNDING_FLOOR[out.dtype]
+            assert b.rtol >= task.tolerance.max_for(out.name)

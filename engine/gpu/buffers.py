@@ -9,7 +9,8 @@ Outputs are filled with a NaN whose payload is ours (for example 0x7FE5 for
 bf16): an element that still holds exactly that pattern after the launch was
 never written (`unwritten_output`); any other NaN or Inf was computed
 (`nan_inf`). Inputs are compared bit for bit with the pristine copy the worker
-keeps (`input_modified`); scratch is only guarded.
+keeps (`input_modified`); scratch is only guarded. engine/gpu/verify.py reads
+all of this back.
 
 Runs inside the worker process only (imports torch).
 """
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -54,7 +54,7 @@ FLOAT_DTYPES = frozenset(POISON_BITS)
 _patterns: dict[tuple[str, int], torch.Tensor] = {}
 
 
-def _canary(device: torch.device) -> torch.Tensor:
+def canary(device: torch.device) -> torch.Tensor:
     key = (str(device), GUARD_BYTES)
     if key not in _patterns:
         word = torch.frombuffer(bytearray(_CANARY_WORD), dtype=torch.uint8)
@@ -95,7 +95,7 @@ class GuardedBuffer:
 
     def arm(self) -> None:
         """Write the canary pattern into both guards."""
-        pattern = _canary(self.raw.device)
+        pattern = canary(self.raw.device)
         self.raw[:GUARD_BYTES].copy_(pattern)
         self.raw[GUARD_BYTES + self.nbytes:].copy_(pattern)
 
@@ -105,40 +105,12 @@ class GuardedBuffer:
     def zero(self) -> None:
         self.tensor.zero_()
 
-    def guard_damage(self) -> dict[str, Any] | None:
-        """None if both guards are intact; else which side and how far from the data edge."""
-        pattern = _canary(self.raw.device)
-        before = self.raw[:GUARD_BYTES]
-        after = self.raw[GUARD_BYTES + self.nbytes:]
-        if torch.equal(before, pattern) and torch.equal(after, pattern):
-            return None
-        out: dict[str, Any] = {"buffer": self.name, "role": self.role}
-        bad_before = (before != pattern).nonzero()
-        if bad_before.numel():
-            # Distance below the first data byte of the write closest to the data.
-            out["before_bytes"] = int(bad_before.numel())
-            out["before_nearest"] = int(GUARD_BYTES - int(bad_before.max()))
-        bad_after = (after != pattern).nonzero()
-        if bad_after.numel():
-            out["after_bytes"] = int(bad_after.numel())
-            out["after_first"] = int(bad_after.min())   # bytes past the end of the data
-        return out
-
     def unwritten(self) -> tuple[int, int | None]:
         """(count, first flat index) of elements still holding the poison."""
         mask = bits_view(self.tensor) == poison_value(self.dtype)
         count = int(mask.sum())
         first = int(mask.nonzero()[0, 0]) if count else None
         return count, first
-
-    def differs_from(self, pristine: torch.Tensor) -> tuple[int, int | None]:
-        """(count, first flat index) of elements whose bits differ from `pristine`."""
-        a = bits_view(self.tensor)
-        b = bits_view(pristine)
-        if torch.equal(a, b):
-            return 0, None
-        mask = a != b
-        return int(mask.sum()), int(mask.nonzero()[0, 0])
 
 
 def allocate(name: str, dtype: str, shape: tuple[int, ...], role: str, device: torch.device) -> GuardedBuffer:
@@ -173,8 +145,9 @@ class Arena:
     def tensors(self, role: str | None = None) -> dict[str, torch.Tensor]:
         return {n: b.tensor for n, b in self.buffers.items() if role is None or b.role == role}
 
-    def fill(self, pristine: dict[str, torch.Tensor], scratch_init: dict[str, str]) -> None:
-        """Inputs from their pristine copies, outputs poisoned, scratch as the manifest asks; guards re-armed."""
+    def load(self, pristine: dict[str, torch.Tensor], scratch_init: dict[str, str]) -> None:
+        """Inputs from their pristine copies, outputs poisoned, scratch as the manifest asks (guards untouched,
+        so damage done by an earlier run is still there for the next check to see)."""
         for name, buf in self.buffers.items():
             if buf.role == "input":
                 buf.tensor.copy_(pristine[name])
@@ -184,7 +157,15 @@ class Arena:
                 buf.poison()
             else:
                 buf.zero()
+
+    def arm(self) -> None:
+        for buf in self.buffers.values():
             buf.arm()
+
+    def fill(self, pristine: dict[str, torch.Tensor], scratch_init: dict[str, str]) -> None:
+        """`load`, then the guards re-armed: a clean start."""
+        self.load(pristine, scratch_init)
+        self.arm()
 
     def nbytes(self) -> int:
         return sum(b.raw.numel() for b in self.buffers.values())
