@@ -212,6 +212,7 @@ class Evaluation(Record):
     baseline_ms: float | None = None
     speedup: float | None = None
     tflops: float | None = None
+    sol_fraction: float | None = None     # speed-of-light floor / time_ms (engine/gpu/sol.py)
     seed_key: str | None = None
     id: int | None = None
 
@@ -232,6 +233,7 @@ class Measurement(Record):
     baseline_ms: float | None = None
     speedup: float | None = None
     tflops: float | None = None
+    sol_fraction: float | None = None
     id: int | None = None
 
 

@@ -159,12 +159,13 @@ def evaluation_records(result: Any, sample_id: int, source: str, extra_evidence:
         sample_id=sample_id, engine_version=j.engine_version, status=j.status, category=j.category,
         stage=j.stage, source=source, device=device, driver=j.device.driver if j.device is not None else None,
         correct=j.correct, correct_heldout=j.correct_heldout, executed=j.executed, time_ms=j.time_ms,
-        baseline_ms=j.baseline_ms, speedup=j.speedup, tflops=j.tflops, evidence=evidence, **fields,
+        baseline_ms=j.baseline_ms, speedup=j.speedup, tflops=j.tflops, sol_fraction=j.sol_fraction,
+        evidence=evidence, **fields,
     )
     measurements = [
         Measurement(split=m.split, sizes=dict(m.sizes), category=m.category, max_rel_err=m.max_rel_err,
                     worst=m.worst, time_ms=m.time_ms, time_spread=m.time_spread, baseline_ms=m.baseline_ms,
-                    speedup=m.speedup, tflops=m.tflops)
+                    speedup=m.speedup, tflops=m.tflops, sol_fraction=m.sol_fraction)
         for m in j.measurements
     ]
     sizes = [{"split": m.split, "sizes": m.sizes, "category": m.category, "message": m.message[-1500:],
