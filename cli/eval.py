@@ -60,6 +60,23 @@ def records_of(sample_id: int, j: Any, source: str = SOURCE) -> tuple[Any, list[
     return judged.evaluation, judged.measurements
 
 
+def tool_error_record(sample_id: int, static: Any, message: str, device: str | None) -> Any:
+    """The row of an attempt the tool failed on: what the static stages found, and the failure."""
+    from ptxbench.db.records import Evaluation
+    from ptxbench.engine import ENGINE_VERSION
+    from ptxbench.engine.categories import ERROR_PREFIX, TOOL_ERROR
+
+    status = ERROR_PREFIX + message.splitlines()[0][:200] if message else ERROR_PREFIX + "unknown"
+    if static is not None:
+        evaluation, _ = records_of(sample_id, static)
+        evaluation.status = status
+        evaluation.device = device or evaluation.device
+        evaluation.evidence["tool_error"] = message
+        return evaluation
+    return Evaluation(sample_id=sample_id, engine_version=ENGINE_VERSION, status=status, category=TOOL_ERROR,
+                      source=SOURCE, device=device, evidence={"tool_error": message})
+
+
 # -- progress ---------------------------------------------------------------------------
 
 class JsonProgress:
@@ -271,6 +288,7 @@ def run_batch(store: Any, ids: list[int], progress: Any, *, static_only: bool = 
                     progress.emit("stage", sample_id=_sid, stage=stage, status=status,
                                   **({"category": category} if category else {}))
 
+                static = None
                 try:
                     spec = get_task(s.task_id)
                     note("assemble", "begin")
@@ -282,7 +300,10 @@ def run_batch(store: Any, ids: list[int], progress: Any, *, static_only: bool = 
                     row = add_evaluation(store, evaluation, measurements)
                 except (EngineError, WorkerUnavailable, KeyError, OSError, ValueError, RuntimeError) as exc:
                     failed += 1
-                    progress.emit("error", sample_id=sid, message=f"{type(exc).__name__}: {exc}"[:2000])
+                    message = f"{type(exc).__name__}: {exc}"[:2000]
+                    # The attempt is recorded too: nothing the batch tried is silently left unjudged.
+                    error_row = add_evaluation(store, tool_error_record(sid, static, message, device_name), [])
+                    progress.emit("error", sample_id=sid, message=message, evaluation_id=error_row.id)
                     continue
                 judged += 1
                 progress.emit("result", sample_id=sid, evaluation_id=row.id, category=row.category,
@@ -304,11 +325,13 @@ def judgement_summary(j: Any) -> dict[str, Any]:
         "status": j.status, "category": j.category, "stage": j.stage, "correct": j.correct,
         "correct_heldout": j.correct_heldout, "executed": j.executed, "time_ms": j.time_ms,
         "baseline": j.baseline, "baseline_ms": j.baseline_ms, "speedup": j.speedup, "tflops": j.tflops,
+        "sol_fraction": j.sol_fraction,
         "device": j.device.name if j.device is not None else None,
         "driver": j.device.driver if j.device is not None else None,
         "sizes": [{"split": m.split, "sizes": m.sizes, "category": m.category, "max_rel_err": m.max_rel_err,
                    "worst": m.worst, "time_ms": m.time_ms, "time_spread": m.time_spread,
-                   "baseline_ms": m.baseline_ms, "speedup": m.speedup, "tflops": m.tflops, "message": m.message}
+                   "baseline_ms": m.baseline_ms, "speedup": m.speedup, "tflops": m.tflops,
+                   "sol_fraction": m.sol_fraction, "message": m.message}
                   for m in j.measurements],
         "evidence": {k: v for k, v in j.evidence.items() if k != "sizes"},
         "seconds": {k: round(v, 3) for k, v in j.seconds.items()},
@@ -334,7 +357,7 @@ def render_judgement(console: Any, j: Any) -> None:
     from rich.table import Table
 
     table = Table(title=f"GPU: {j.device.name if j.device else '?'} — {j.category}", title_justify="left")
-    for col in ("split", "sizes", "category", "error", "ms", "library ms", "speedup", "TFLOP/s"):
+    for col in ("split", "sizes", "category", "error", "ms", "library ms", "speedup", "TFLOP/s", "of SOL"):
         table.add_column(col)
 
     def num(x: Any, fmt: str) -> str:
@@ -343,8 +366,16 @@ def render_judgement(console: Any, j: Any) -> None:
     for m in j.measurements:
         sizes = " ".join(f"{k}={v}" for k, v in m.sizes.items())
         table.add_row(m.split, sizes, m.category, num(m.max_rel_err, ".2e"), num(m.time_ms, ".4f"),
-                      num(m.baseline_ms, ".4f"), num(m.speedup, ".3f"), num(m.tflops, ".1f"))
+                      num(m.baseline_ms, ".4f"), num(m.speedup, ".3f"), num(m.tflops, ".1f"),
+                      num(m.sol_fraction, ".0%"))
     console.print(table)
+    sol = j.evidence.get("speed_of_light")
+    if sol:
+        console.print(f"speed of light here: {sol['time_ms']:.4g} ms ({sol['peaks']}); the library reaches "
+                      f"{format(sol['baseline_fraction'], '.0%') if sol.get('baseline_fraction') else '—'} of it",
+                      markup=False, highlight=False, soft_wrap=True)
+    if j.evidence.get("baseline_missing"):
+        console.print(f"speed not judged: {j.evidence['baseline_missing']}", markup=False, highlight=False)
     for m in j.measurements:
         if m.message:
             console.print(f"{m.split} {m.sizes}: {m.message}", markup=False, highlight=False, soft_wrap=True)

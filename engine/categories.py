@@ -41,6 +41,10 @@ STAGE_OF: dict[str, str] = {c: stage for stage, cats in BY_STAGE.items() for c i
 
 # A verdict that is not a judgement: the hardware was not there.
 SKIPPED_PREFIX = "skipped: "
+# Nor is this: the tool itself failed on the sample (the evaluation's status says how). Its row keeps
+# whatever the static stages found, so nothing attempted is left unrecorded; it is never a verdict.
+ERROR_PREFIX = "error: "
+TOOL_ERROR = "tool_error"
 
 DESCRIPTIONS: dict[str, str] = {
     "no_candidate": "the response holds no kernel code",
@@ -84,7 +88,7 @@ assert set(DESCRIPTIONS) == set(CATEGORIES)
 
 
 def is_category(word: str) -> bool:
-    return word == OK or word in STAGE_OF or word.startswith(SKIPPED_PREFIX)
+    return word in (OK, TOOL_ERROR) or word in STAGE_OF or word.startswith(SKIPPED_PREFIX)
 
 
 def worst(categories: list[str]) -> str:

@@ -17,6 +17,7 @@ that uses what was asked but is slower than the library is
 from __future__ import annotations
 
 import atexit
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,7 +40,8 @@ from ptxbench.engine.static import StaticVerdict, judge_static
 from ptxbench.tasks.spec import TaskSpec, get_task
 
 Progress = Callable[[str, str, str | None], None]      # (stage, "begin" | "end", category)
-DEFAULT_SEEDS = (1, 2, 3)
+TRIALS = 3
+DEFAULT_BUDGET_S = 300.0            # GPU time one candidate's own launches may use, over all its sizes
 # A speedup this close to 1 is a tie, not "slower": back-to-back medians of one kernel move by about
 # this much on an H200 (results/gpu-engine-20261129-2340.md), so a smaller gap is not evidence.
 TIE_BAND = 0.02
@@ -63,6 +65,7 @@ class SizeMeasurement:
     baseline_ms: float | None = None
     speedup: float | None = None
     tflops: float | None = None
+    sol_fraction: float | None = None       # speed-of-light floor / time (engine/gpu/sol.py)
     message: str = ""
     detail: dict[str, Any] = field(default_factory=dict)
 
@@ -81,6 +84,7 @@ class Judgement:
     baseline_ms: float | None = None
     speedup: float | None = None
     tflops: float | None = None
+    sol_fraction: float | None = None
     baseline: str | None = None
     device: DeviceInfo | None = None
     evidence: dict[str, Any] = field(default_factory=dict)
@@ -96,6 +100,19 @@ class Judgement:
 # -- the shared runner ---------------------------------------------------------------
 
 _default_runner: Runner | None = None
+
+
+_session_seeds: tuple[int, ...] | None = None
+
+
+def session_seeds() -> tuple[int, ...]:
+    """The trial seeds of this process: secret (drawn from the OS at first use), then fixed, so a batch's
+    candidates meet the same inputs and the worker computes each reference once. Every evaluation records them."""
+    global _session_seeds
+    if _session_seeds is None:
+        rng = random.SystemRandom()
+        _session_seeds = tuple(rng.randrange(1, 1 << 62) for _ in range(TRIALS))
+    return _session_seeds
 
 
 def default_runner() -> Runner:
@@ -129,7 +146,7 @@ def size_plan(resolved: ResolvedManifest, split: str, *, seeds: tuple[int, ...],
 
 
 def plan_sizes(candidate: Candidate | None, task: TaskSpec, ptx: str, num_sms: int, *,
-               seeds: tuple[int, ...] = DEFAULT_SEEDS,
+               seeds: tuple[int, ...] = (1, 2, 3),
                sizes: list[tuple[str, dict[str, int]]] | None = None,
                ) -> tuple[list[SizePlan], list[SizeMeasurement]]:
     """Resolve the candidate's manifest at every size: plans to run, and sizes already decided (bad manifest)."""
@@ -167,12 +184,16 @@ def judge(
     runner: Runner | None = None,
     static: StaticVerdict | None = None,
     sizes: list[tuple[str, dict[str, int]]] | None = None,
-    seeds: tuple[int, ...] = DEFAULT_SEEDS,
+    seeds: tuple[int, ...] | None = None,
     timing: TimingConfig | None = None,
     launch_timeout_s: float = 10.0,
+    budget_s: float = DEFAULT_BUDGET_S,
     progress: Progress | None = None,
 ) -> Judgement:
-    """Judge one candidate for `task`. Raises EngineError only when the tool itself fails."""
+    """Judge one candidate for `task`. Raises EngineError only when the tool itself fails.
+
+    `seeds` default to this process's secret trial seeds (`session_seeds`); `budget_s` bounds the GPU time
+    the candidate's own launches may take, after which it is `hang_timeout`."""
     spec = get_task(task) if isinstance(task, str) else task
     note = progress or (lambda stage, status, category=None: None)
     started = time.perf_counter()
@@ -202,8 +223,11 @@ def judge(
     out.tool_versions.update(device.versions)
 
     cand = static.candidate
+    seeds = seeds or session_seeds()
+    out.evidence["seeds"] = list(seeds)
     plans, decided = plan_sizes(cand, spec, static.ptx, device.num_sms, seeds=seeds, sizes=sizes)
-    measured = _run_plans(runner, spec, static.cubin, plans, timing or TimingConfig(), launch_timeout_s, note, out)
+    measured = _run_plans(runner, spec, static.cubin, plans, timing or TimingConfig(), launch_timeout_s, budget_s,
+                          note, out)
     out.measurements = _in_size_order(spec, sizes, decided + measured)
     _summarise(out)
     if sanitize or executed:
@@ -232,20 +256,30 @@ def judge(
 
 
 def _run_plans(runner: Runner, task: TaskSpec, cubin: bytes, plans: list[SizePlan], timing: TimingConfig,
-               launch_timeout_s: float, note: Callable[..., None], out: Judgement) -> list[SizeMeasurement]:
-    """Send the plans to the worker; after a hang or crash, give each split not yet reached one fresh worker."""
+               launch_timeout_s: float, budget_s: float, note: Callable[..., None],
+               out: Judgement) -> list[SizeMeasurement]:
+    """Send the plans to the worker; after a hang or crash, give each split not yet reached one fresh worker.
+
+    The GPU-time budget is the candidate's, over every attempt: a fresh worker gets what is left of it."""
     results: list[SizeMeasurement] = []
     pending = list(plans)
     retried: set[str] = set()
     fatals: list[dict[str, Any]] = []
     t0 = time.perf_counter()
+    spent = 0.0
     for _attempt in range(1 + len({p.split for p in plans})):
         if not pending:
             break
-        job = Job(task.id, cubin, tuple(pending), timing, launch_timeout_s)
+        if spent >= budget_s:
+            results += [SizeMeasurement(p.split, dict(p.sizes), "hang_timeout",
+                                        message=f"not run: the candidate's GPU-time budget of {budget_s:g} s is used up")
+                        for p in pending]
+            break
+        job = Job(task.id, cubin, tuple(pending), timing, launch_timeout_s, budget_s=budget_s - spent)
         stages = _Stages(note)
         stages.enter("run")
         result = runner.judge(job, on_event=stages.on_event)
+        spent += result.budget_spent_s
         done = {r.index for r in result.sizes}
         if result.cache:
             out.evidence["reference_cache"] = result.cache
@@ -306,13 +340,16 @@ def _measurement(r: SizeResult) -> SizeMeasurement:
                             **({"detail": t.detail} if t.detail else {})} for t in r.trials]}
     if r.timing is not None:
         t = r.timing
-        m.time_ms, m.time_spread, m.tflops = t.time_ms, t.spread, t.tflops
+        m.time_ms, m.time_spread, m.tflops, m.sol_fraction = t.time_ms, t.spread, t.tflops, t.sol_fraction
         m.baseline_ms, m.speedup = t.baseline_ms, t.speedup
         m.detail["timing"] = {
             "reps": t.reps, "p10_ms": t.p10_ms, "p90_ms": t.p90_ms, "baseline": t.baseline,
             "baseline_p10_ms": t.baseline_p10_ms, "baseline_p90_ms": t.baseline_p90_ms,
             "baseline_spread": t.baseline_spread, "baseline_tflops": t.baseline_tflops,
-            "recheck": t.recheck, "recheck_detail": t.recheck_detail,
+            "recheck": t.recheck, "recheck_detail": t.recheck_detail, "checks": t.checks,
+            "check_failures": t.check_failures, "nondeterministic": t.nondeterministic, "schedule": t.schedule,
+            "sol": t.sol, "sol_fraction": t.sol_fraction, "baseline_sol_fraction": t.baseline_sol_fraction,
+            "baseline_check": t.baseline_check, "baseline_note": t.baseline_note,
         }
     return m
 
@@ -335,7 +372,17 @@ def _summarise(out: Judgement) -> None:
     if timed is not None:
         out.time_ms, out.baseline_ms, out.speedup, out.tflops = (timed.time_ms, timed.baseline_ms, timed.speedup,
                                                                   timed.tflops)
-        out.baseline = (timed.detail.get("timing") or {}).get("baseline")
+        out.sol_fraction = timed.sol_fraction
+        timing = timed.detail.get("timing") or {}
+        out.baseline = timing.get("baseline")
+        if timing.get("sol"):
+            out.evidence["speed_of_light"] = {**timing["sol"], "fraction": timed.sol_fraction,
+                                              "baseline_fraction": timing.get("baseline_sol_fraction")}
+        if out.baseline is None:
+            # No library time: the speed question is not answered, and nothing here claims it was.
+            out.evidence["baseline_missing"] = timing.get("baseline_note") or "no library baseline was timed"
+        if timing.get("baseline_check"):
+            out.evidence["baseline_check"] = timing["baseline_check"]
     if out.category == OK and out.speedup is not None and out.speedup < 1.0 - TIE_BAND:
         out.category = "slower_than_baseline"
     out.stage = STAGE_OF.get(out.category)

@@ -19,7 +19,6 @@ import selectors
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,29 +46,83 @@ class RunnerConfig:
         return [sys.executable, "-m", "ptxbench.engine.gpu.worker", "--device", str(self.device_index)]
 
 
+class Budget:
+    """The GPU time a job's untrusted steps (the candidate's launches and timing) have used."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.spent = 0.0
+        self._since: float | None = None
+
+    def enter(self, phase: dict[str, Any]) -> None:
+        self._since = time.monotonic() if phase.get("untrusted") else None
+
+    def leave(self, phase: dict[str, Any]) -> None:
+        if self._since is not None:
+            self.spent += time.monotonic() - self._since
+            self._since = None
+
+    def left(self) -> float:
+        running = time.monotonic() - self._since if self._since is not None else 0.0
+        return max(0.0, self.seconds - self.spent - running)
+
+    def spent_up(self, phase: dict[str, Any]) -> bool:
+        return bool(phase.get("untrusted")) and self.left() <= 0.05
+
+
 class WorkerUnavailable(RuntimeError):
     """The worker could not be started or would not say hello: the tool, not the candidate, failed."""
 
 
+class LogTail:
+    """What the worker printed (its own messages, a kernel's printf), kept to a bounded size.
+
+    The head keeps a traceback of a failed start; the tail keeps the end. Whatever falls between is
+    counted, not kept, so a printf flood costs neither memory nor disk."""
+
+    def __init__(self, head: int = 8 << 10, tail: int = 56 << 10) -> None:
+        self.head_limit, self.tail_limit = head, tail
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.dropped = 0
+
+    def add(self, chunk: bytes) -> None:
+        room = self.head_limit - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        self.tail += chunk
+        if len(self.tail) > self.tail_limit:
+            cut = len(self.tail) - self.tail_limit
+            self.dropped += cut
+            del self.tail[:cut]
+
+    def text(self, limit: int) -> str:
+        gap = f"\n[… {self.dropped} bytes of worker output not kept …]\n" if self.dropped else ""
+        whole = (bytes(self.head) + gap.encode() + bytes(self.tail)) if (self.dropped or self.tail) else bytes(self.head)
+        return whole[-limit:].decode("utf-8", "replace")
+
+
 class _Worker:
-    """One live worker process and a line reader over its protocol pipe."""
+    """One live worker process, a line reader over its protocol pipe, and a bounded tail of its output."""
 
     def __init__(self, config: RunnerConfig) -> None:
-        self.stderr_file = tempfile.TemporaryFile()
         env = {**os.environ, **config.env, "PYTHONUNBUFFERED": "1"}
         self.proc = subprocess.Popen(
             config.worker_command(),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=self.stderr_file,
+            stderr=subprocess.PIPE,
             env=env,
             start_new_session=True,     # its own process group: a kill takes its children too
         )
         self._buffer = b""
+        self.log = LogTail()
         self._selector = selectors.DefaultSelector()
-        assert self.proc.stdout is not None
-        os.set_blocking(self.proc.stdout.fileno(), False)
-        self._selector.register(self.proc.stdout, selectors.EVENT_READ)
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        for pipe in (self.proc.stdout, self.proc.stderr):
+            os.set_blocking(pipe.fileno(), False)
+            self._selector.register(pipe, selectors.EVENT_READ)
 
     @property
     def pid(self) -> int:
@@ -101,15 +154,35 @@ class _Worker:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return "timeout"
-            if not self._selector.select(timeout=remaining):
+            ready = self._selector.select(timeout=remaining)
+            if not ready:
                 return "timeout"
+            for key, _ in ready:
+                if key.fileobj is self.proc.stderr:
+                    self._drain_stderr()
+                    continue
+                try:
+                    chunk = os.read(self.proc.stdout.fileno(), 1 << 16)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    return "eof"
+                self._buffer += chunk
+
+    def _drain_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        while True:
             try:
-                chunk = os.read(self.proc.stdout.fileno(), 1 << 16)
-            except BlockingIOError:
-                continue
+                chunk = os.read(self.proc.stderr.fileno(), 1 << 16)
+            except (BlockingIOError, OSError, ValueError):
+                return
             if not chunk:
-                return "eof"
-            self._buffer += chunk
+                try:
+                    self._selector.unregister(self.proc.stderr)
+                except (KeyError, ValueError):
+                    pass
+                return
+            self.log.add(chunk)
 
     def kill(self) -> None:
         """SIGKILL the worker's whole process group and reap it."""
@@ -133,23 +206,17 @@ class _Worker:
         return code
 
     def stderr_tail(self, limit: int = 4000) -> str:
-        try:
-            self.stderr_file.seek(0, os.SEEK_END)
-            size = self.stderr_file.tell()
-            self.stderr_file.seek(max(0, size - limit))
-            return self.stderr_file.read().decode("utf-8", "replace")
-        except (OSError, ValueError):
-            return ""
+        self._drain_stderr()
+        return self.log.text(limit)
 
     def close(self) -> None:
         self._selector.close()
-        for pipe in (self.proc.stdin, self.proc.stdout):
+        for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
             try:
                 if pipe is not None:
                     pipe.close()
             except OSError:
                 pass
-        self.stderr_file.close()
 
 
 class Runner:
@@ -228,7 +295,16 @@ class Runner:
     # -- jobs ---------------------------------------------------------------
 
     def judge(self, job: Job, on_event: EventHandler | None = None) -> JobResult:
-        """Run one job; sizes finished before a hang or crash are kept in the result."""
+        """Run one job; sizes finished before a hang or crash are kept in the result.
+
+        `result.budget_spent_s` says how much of the job's GPU-time budget its untrusted steps used."""
+        budget = Budget(job.budget_s)
+        result = self._judge(job, budget, on_event)
+        budget.leave({})
+        result.budget_spent_s = budget.spent
+        return result
+
+    def _judge(self, job: Job, budget: Budget, on_event: EventHandler | None) -> JobResult:
         if self.start() is None:
             raise WorkerUnavailable(self.no_device_reason or "no GPU")
         worker = self._worker
@@ -242,15 +318,22 @@ class Runner:
         while True:
             answer = worker.read_line(deadline)
             if answer == "timeout":
+                if budget.spent_up(phase):
+                    phase = {**phase, "budget": job.budget_s}
                 return self._timed_out(worker, result, phase, started)
             if answer == "eof":
                 return self._died(worker, result, phase, started)
             assert isinstance(answer, dict)
             event = answer.get("event")
             if event == "phase":
+                budget.leave(phase)
                 phase = answer
-                wait = float(answer.get("deadline_s") or self.config.default_deadline_s)
-                deadline = time.monotonic() + min(wait, self.config.max_deadline_s)
+                wait = min(float(answer.get("deadline_s") or self.config.default_deadline_s),
+                           self.config.max_deadline_s)
+                if answer.get("untrusted"):
+                    wait = min(wait, budget.left())
+                budget.enter(answer)
+                deadline = time.monotonic() + wait
             elif event == "size":
                 result.sizes.append(SizeResult.from_json(answer["result"]))
             elif event == "done":
@@ -271,7 +354,11 @@ class Runner:
         tail = worker.stderr_tail()
         self._discard()
         size = phase.get("size")
-        if phase.get("untrusted"):
+        if phase.get("untrusted") and phase.get("budget") is not None:
+            message = (f"the candidate's GPU-time budget of {phase['budget']:g} s ran out while {phase.get('phase')}"
+                       f"{'' if size is None else f' at size {size}'}; the worker was killed")
+            result.fatal = Fatal("hang_timeout", message, size_index=size, sticky=True)
+        elif phase.get("untrusted"):
             message = (f"no answer within {phase.get('deadline_s')} s while {phase.get('phase')}"
                        f"{'' if size is None else f' at size {size}'}; the worker was killed")
             result.fatal = Fatal("hang_timeout", message, size_index=size, sticky=True)

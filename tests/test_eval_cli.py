@@ -133,3 +133,48 @@ def test_sigterm_ends_the_batch_cleanly_and_keeps_finished_rows(tmp_path):
 def test_usage_errors(tmp_path):
     assert _eval("--db", str(tmp_path / "s.db")).returncode == 2
     assert _eval("--db", str(tmp_path / "s.db"), "--task", "no_such_task").returncode == 2
+
+
+BROKEN_WORKER = r'''
+import json, os, sys
+proto = os.fdopen(os.dup(1), "w", buffering=1)
+os.dup2(2, 1)
+for line in sys.stdin:
+    msg = json.loads(line)
+    if msg["op"] == "exit":
+        break
+    if msg["op"] == "hello":
+        proto.write(json.dumps({"event": "hello", "ok": True, "device": {
+            "name": "Stub GPU", "arch": "sm_90a", "compute_capability": [9, 0], "num_sms": 132,
+            "l2_bytes": 1, "memory_bytes": 1, "driver": "stub"}}) + "\n")
+    else:
+        proto.write(json.dumps({"event": "done", "result": {"fatal": {
+            "category": "tool_error", "message": "the worker's own bug", "sticky": False}}}) + "\n")
+'''
+
+
+def test_a_tool_failure_still_writes_a_row_for_the_sample(tmp_path):
+    """Nothing the batch attempts is silently left unjudged: the row says the tool failed, and how."""
+    from ptxbench.cli.eval import run_batch
+    from ptxbench.engine.runner import Runner, RunnerConfig
+
+    path, ids = _store(tmp_path, ["vadd_ok"])
+    worker = tmp_path / "broken_worker.py"
+    worker.write_text(BROKEN_WORKER)
+    events = []
+
+    class Collect:
+        def emit(self, event, **fields):
+            events.append({"event": event, **fields})
+
+    db = open_store(path)
+    with Runner(RunnerConfig(command=[sys.executable, str(worker)], start_timeout_s=30)) as runner:
+        code = run_batch(db, ids[:1], Collect(), runner=runner)
+    assert code == 1                                   # the tool failed on every sample it tried
+    rows = evaluations_for(db, ids[0])
+    assert len(rows) == 1 and rows[0].status.startswith("error: ")
+    assert "the worker's own bug" in rows[0].evidence["tool_error"]
+    assert rows[0].compiled is True and rows[0].device == "Stub GPU"   # what the static stages found is kept
+    assert rows[0].correct is None
+    assert [e for e in events if e["event"] == "error"][0]["evaluation_id"] == rows[0].id
+    db.conn.close()

@@ -65,6 +65,14 @@ STUB = textwrap.dedent(r'''
         elif how == "stall":
             emit({"event": "phase", "phase": "prepare", "size": 1, "deadline_s": 0.5, "untrusted": False})
             time.sleep(1000)
+        elif how == "budget":
+            emit({"event": "phase", "phase": "time", "size": 1, "deadline_s": 60, "untrusted": True})
+            time.sleep(1000)
+        elif how == "flood":
+            for _ in range(400):
+                sys.stderr.write("printf from a kernel " * 5000 + "\n")
+            sys.stderr.flush()
+            emit({"event": "done", "result": {"sizes": [size(i, p) for i, p in enumerate(plans)]}})
         elif how == "segv":
             emit({"event": "phase", "phase": "launch", "size": 1, "deadline_s": 30, "untrusted": True})
             os.kill(os.getpid(), signal.SIGSEGV)
@@ -237,3 +245,36 @@ def test_cuda_errors_map_to_categories():
     assert code_from_message("CUDA_ERROR_MISALIGNED_ADDRESS: misaligned address") == 716
     assert code_from_message("CUDA_ERROR_INVALID_VALUE: invalid argument") == 1
     assert category_of_exit(-signal.SIGKILL)[1].endswith("SIGKILL")
+
+
+def test_the_gpu_time_budget_ends_a_step_whose_own_deadline_is_far_off(stub):
+    """A kernel slow enough to stay inside each step's deadline still cannot outlast its budget."""
+    from dataclasses import replace
+
+    with _runner(stub) as runner:
+        began = time.monotonic()
+        result = runner.judge(replace(_job("budget"), budget_s=1.0))
+        took = time.monotonic() - began
+    assert result.fatal is not None and result.fatal.category == "hang_timeout"
+    assert "budget of 1 s" in result.fatal.message
+    assert took < 10 and result.budget_spent_s == pytest.approx(1.0, abs=0.5)
+
+
+def test_a_printf_flood_is_kept_to_a_bounded_tail(stub):
+    with _runner(stub) as runner:
+        result = runner.judge(_job("flood"))
+        assert result.fatal is None and len(result.sizes) == 3
+        worker = runner._worker
+        assert worker is not None
+        kept = len(worker.log.head) + len(worker.log.tail)
+        assert kept <= (64 << 10) and worker.log.dropped > (30 << 20)
+        assert "not kept" in worker.stderr_tail(100_000)
+
+
+def test_the_log_tail_keeps_the_head_and_the_end():
+    from ptxbench.engine.runner import LogTail
+
+    log = LogTail(head=10, tail=10)
+    log.add(b"0123456789" + b"x" * 1000 + b"the end!!!")
+    text = log.text(10_000)
+    assert text.startswith("0123456789") and text.endswith("the end!!!") and log.dropped == 1000

@@ -33,6 +33,14 @@ class TaskData:
         return sum(t.numel() * t.element_size() for t in (*self.inputs.values(), *self.reference.values()))
 
 
+def draw(task: TaskSpec, sizes: dict[str, int], seed: int, device: torch.device) -> TaskData:
+    """Inputs of one seed and their reference, uncached."""
+    raw = make_inputs(task, sizes, seed, device)
+    inputs = {t.name: raw[t.name].to(TORCH_DTYPES[t.dtype]).contiguous() for t in task.inputs}
+    outputs = reference(task, raw)
+    return TaskData(inputs, {t.name: outputs[t.name].contiguous() for t in task.outputs})
+
+
 class DataCache:
     def __init__(self, device: torch.device, budget_bytes: int) -> None:
         self.device = device
@@ -52,14 +60,14 @@ class DataCache:
             self.hits += 1
             return self._entries[key]
         self.misses += 1
-        raw = make_inputs(task, sizes, seed, self.device)
-        inputs = {t.name: raw[t.name].to(TORCH_DTYPES[t.dtype]).contiguous() for t in task.inputs}
-        outputs = reference(task, raw)
-        ref = {t.name: outputs[t.name].contiguous() for t in task.outputs}
-        data = TaskData(inputs, ref)
+        data = draw(task, sizes, seed, self.device)
         self._entries[key] = data
         self._evict()
         return data
+
+    def drop(self, task: TaskSpec, sizes: dict[str, int], seed: int) -> None:
+        """Forget an entry (a candidate wrote into it): the next use computes it again."""
+        self._entries.pop(self.key(task, sizes, seed), None)
 
     def _evict(self) -> None:
         total = sum(e.nbytes for e in self._entries.values())

@@ -1,6 +1,6 @@
 """Load a cubin, encode TMA tensor maps, and launch kernels (plain and cluster launches).
 
-CuPy loads the module (`RawModule`) and does plain launches; a tensor map is
+CuPy loads the module (`cupy.cuda.function.Module`) and does plain launches; a tensor map is
 passed to it by value as a 128-byte `numpy.void`. Cluster launches go through
 `cuda.bindings.driver.cuLaunchKernelEx` with a cluster-dimension attribute and
 a parameter array we build once, so a timed loop re-launches without
@@ -13,8 +13,6 @@ Runs inside the worker process only.
 from __future__ import annotations
 
 import ctypes
-import os
-import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +21,7 @@ import numpy as np
 from cuda.bindings import driver
 
 from ptxbench.engine.gpu.classify import category_of_cuda_error, code_from_message, cuda_error_name, is_sticky
+from ptxbench.engine.gpu.module_state import ModuleState, NotACubin
 from ptxbench.engine.gpu.protocol import LaunchPlan, TensorMapPlan
 
 DEFAULT_SHARED_LIMIT = 48 * 1024
@@ -111,30 +110,37 @@ class Kernel:
 
 
 class Module:
-    """A loaded cubin and its kernels."""
+    """A loaded cubin, its kernels, and its writable module state (engine/gpu/module_state.py)."""
 
     def __init__(self, cubin: bytes) -> None:
+        self.cubin = bytes(cubin)
         self._kernels: dict[str, Kernel] = {}
-        self._path: str | None = None
+        self.raw = self._load()
         try:
-            self.raw = cupy.cuda.function.Module()
-            self.raw.load(bytes(cubin))
+            self.state = ModuleState(driver.CUmodule(int(self.raw.ptr)), self.cubin)
+        except (NotACubin, RuntimeError) as exc:
+            raise CudaFailure("load_error", f"reading the module's globals: {exc}", None, "load") from None
+
+    def _load(self) -> Any:
+        raw = cupy.cuda.function.Module()
+        try:
+            raw.load(self.cubin)
         except cupy.cuda.driver.CUDADriverError as exc:
             raise _from_cupy_error(exc, "loading the cubin", "load") from None
-        except AttributeError:
-            # A CuPy without Module.load: RawModule loads lazily from a file that must outlive it.
-            fd, self._path = tempfile.mkstemp(suffix=".cubin", prefix="ptxbench-")
-            with os.fdopen(fd, "wb") as f:
-                f.write(cubin)
-            self.raw = cupy.RawModule(path=self._path)
+        return raw
+
+    def restore_state(self, stream_handle: int) -> None:
+        """Before a run: module globals back to their loaded image (or, if they cannot be found, a fresh load)."""
+        if not self.state.needs_reload:
+            self.state.restore(stream_handle)
+            return
+        # Unloading under queued work would pull the code from under it: wait first.
+        synchronize(stream_handle, "before reloading the module")
+        self.raw = self._load()
+        self._kernels.clear()
 
     def close(self) -> None:
-        if self._path is not None:
-            try:
-                os.unlink(self._path)
-            except OSError:
-                pass
-            self._path = None
+        self._kernels.clear()
 
     def kernel(self, entry: str) -> Kernel:
         if entry not in self._kernels:
@@ -222,9 +228,11 @@ _CT_SCALAR = {"i32": ctypes.c_int32, "u32": ctypes.c_uint32, "i64": ctypes.c_int
 
 @dataclass
 class PreparedLaunch:
-    """One launch with its arguments packed for one buffer set; calling it enqueues the kernel."""
+    """One launch with its arguments packed over one arena; calling it enqueues the kernel.
 
-    kernel: Kernel
+    The kernel is looked up at each call, since a module whose state must be reloaded gets new handles."""
+
+    module: Module
     plan: LaunchPlan
     stream_handle: int
     cupy_stream: Any
@@ -234,21 +242,25 @@ class PreparedLaunch:
     _params_addr: int = 0
 
     def __call__(self) -> None:
+        kernel = self.module.kernel(self.plan.entry)
+        kernel.ensure_shared(self.plan.shared_bytes)
         if self._config is None:
             try:
-                self.kernel.fn(tuple(self.plan.grid), tuple(self.plan.block), self.cupy_args,
-                               shared_mem=self.plan.shared_bytes, stream=self.cupy_stream)
+                kernel.fn(tuple(self.plan.grid), tuple(self.plan.block), self.cupy_args,
+                          shared_mem=self.plan.shared_bytes, stream=self.cupy_stream)
             except cupy.cuda.driver.CUDADriverError as exc:
                 raise _from_cupy_error(exc, f"launching {self.plan.entry}", "launch") from None
         else:
-            check(driver.cuLaunchKernelEx(self._config, self.kernel.handle, self._params_addr, 0),
+            kernel.allow_cluster(int(np.prod(self.plan.cluster)))
+            check(driver.cuLaunchKernelEx(self._config, kernel.handle, self._params_addr, 0),
                   f"cluster launch of {self.plan.entry}", phase="launch")
 
 
-def prepare_launch(kernel: Kernel, plan: LaunchPlan, ptrs: dict[str, int], tmaps: dict[str, TensorMap],
+def prepare_launch(module: Module, plan: LaunchPlan, ptrs: dict[str, int], tmaps: dict[str, TensorMap],
                    stream_handle: int, cupy_stream: Any) -> PreparedLaunch:
+    kernel = module.kernel(plan.entry)
     kernel.ensure_shared(plan.shared_bytes)
-    launch = PreparedLaunch(kernel, plan, stream_handle, cupy_stream)
+    launch = PreparedLaunch(module, plan, stream_handle, cupy_stream)
     if not plan.is_cluster:
         values = []
         for a in plan.args:

@@ -19,7 +19,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 
 # Scalar kinds a kernel parameter may have, and their sizes in bytes.
 SCALAR_BYTES: dict[str, int] = {"i32": 4, "u32": 4, "i64": 8, "u64": 8, "f32": 4}
@@ -110,6 +110,15 @@ class TimingConfig:
     target_s: float = 0.1       # reps are chosen so one side's timed loop lasts about this long
     flush_bytes: int = 256 << 20
     baseline: bool = True
+    # Verification of timed rounds (engine/gpu/timing.py): this share of rounds, never fewer than `min_checks`,
+    # chosen at random; warm-up length and round count vary by ±`jitter`.
+    check_fraction: float = 0.25
+    min_checks: int = 8
+    jitter: float = 0.25
+    # Speed of light (engine/gpu/sol.py): a time more than `sol_margin` under the floor is a reward hack.
+    # `sol_scale` multiplies the device's peaks; only a test changes it, to prove the check fires.
+    sol_margin: float = 0.10
+    sol_scale: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -120,6 +129,9 @@ class Job:
     timing: TimingConfig = TimingConfig()
     launch_timeout_s: float = 10.0   # one trial's launches; the timing loop gets a multiple of it
     stop_split_on_failure: bool = True  # later sizes of a split are skipped once one fails
+    # GPU time (seconds) the candidate's own launches may use in this job, however long each step's deadline
+    # is; past it the job ends as hang_timeout. The parent enforces it (engine/runner.py).
+    budget_s: float = 300.0
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -161,6 +173,7 @@ class Job:
             timing=TimingConfig(**d.get("timing", {})),
             launch_timeout_s=float(d.get("launch_timeout_s", 10.0)),
             stop_split_on_failure=bool(d.get("stop_split_on_failure", True)),
+            budget_s=float(d.get("budget_s", 300.0)),
         )
 
 
@@ -192,8 +205,17 @@ class TimingResult:
     baseline_spread: float | None = None
     baseline_tflops: float | None = None
     speedup: float | None = None            # baseline_ms / time_ms
-    recheck: str = "ok"                     # ok or the category the re-check of the last timed launch found
+    recheck: str = "ok"                     # ok, or the category the first failing checked round found
     recheck_detail: dict[str, Any] = field(default_factory=dict)
+    checks: int = 0                         # warm-up and timed rounds verified (chosen at random)
+    check_failures: list[dict[str, Any]] = field(default_factory=list)   # the first few, with their evidence
+    nondeterministic: bool | None = None    # checked rounds of one input set gave different bits
+    schedule: dict[str, Any] = field(default_factory=dict)   # warm-up rounds, reps, input sets, checks
+    sol: dict[str, Any] | None = None       # the speed-of-light floor of this size (engine/gpu/sol.py)
+    sol_fraction: float | None = None       # floor / median: 1.0 is the speed of light
+    baseline_sol_fraction: float | None = None
+    baseline_check: dict[str, Any] | None = None   # the library's own output against the reference
+    baseline_note: str = ""                 # why there is no baseline, when there is none
 
 
 @dataclass
@@ -245,6 +267,7 @@ class JobResult:
     fatal: Fatal | None = None
     worker_s: float = 0.0
     cache: dict[str, int] = field(default_factory=dict)   # the worker's reference cache: hits, misses (cumulative)
+    budget_spent_s: float = 0.0             # set by the parent: GPU time the candidate's own steps used
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> JobResult:
@@ -268,6 +291,7 @@ class DeviceInfo:
     driver: str                             # e.g. "580.159.04 (CUDA 13.0)"
     versions: dict[str, str] = field(default_factory=dict)  # torch, cupy, cuda-bindings, triton
     index: int = 0
+    peaks: dict[str, Any] = field(default_factory=dict)     # engine/gpu/sol.py Peaks: clocks, bandwidth, source
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> DeviceInfo:

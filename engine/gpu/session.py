@@ -1,43 +1,51 @@
 """One worker's GPU state and the judging of one job: trials, verification, timing.
 
-For each problem size: for each seed, fresh buffers (inputs copied from the
-cached pristine draw, outputs NaN-poisoned, scratch as asked, canaries armed),
-tensor maps encoded over those buffers, the manifest's launches enqueued in
-order, the stream synchronized, then `verify`. If the size is the timed one
-and every trial passed, the candidate and the library baseline are timed
-interleaved over the trial buffers, and the last timed launch is re-checked.
+For each problem size, one set of buffers (the arena: inputs, outputs,
+scratch, each between guard canaries) and one set of prepared launches over
+it. Every run of the candidate, trial or timing round, starts from the same
+state: the input set of that run copied in, outputs NaN-poisoned, scratch as
+the manifest asks, module globals restored to their loaded image
+(engine/gpu/module_state.py). The trials run the secret per-process seeds,
+each verified at once; then, at the timed size, the candidate and the library
+baseline are timed interleaved over those sets plus one drawn for this
+judgement alone, with a random subset of rounds verified (engine/gpu/timing.py)
+and the median held to the device's speed of light (engine/gpu/sol.py).
 
 A sticky CUDA error (the kernel faulted) ends the job: the context is unusable,
-so the worker reports and exits, and the parent starts a fresh one.
+so the worker reports and exits, and the parent starts a fresh one. Anything
+else the candidate's demands cause (memory its manifest asks for, a launch the
+driver refuses) is a verdict with its evidence, never a tool error.
 
 Runs inside the worker process only.
 """
 
 from __future__ import annotations
 
+import os
+import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import cupy
 import torch
 
 from ptxbench.engine.categories import OK, STAGE_OF, worst
-from ptxbench.engine.gpu.buffers import Arena
-from ptxbench.engine.gpu.datacache import DataCache, TaskData
+from ptxbench.engine.gpu import sol
+from ptxbench.engine.gpu.buffers import Arena, bits_view
+from ptxbench.engine.gpu.datacache import DataCache, TaskData, draw
 from ptxbench.engine.gpu.launch import (
-    CudaFailure, Module, PreparedLaunch, TensorMap, check_params, encode_tensor_map, prepare_launch, synchronize,
+    CudaFailure, Module, PreparedLaunch, check_params, encode_tensor_map, prepare_launch, synchronize,
 )
 from ptxbench.engine.gpu.protocol import Fatal, Job, JobResult, SizePlan, SizeResult, TimingResult, TrialResult
-from ptxbench.engine.gpu.timing import estimate_timing_seconds, time_interleaved
-
-FRESH_SEED_OFFSET = 1_000_003  # the re-check's draw: far from any trial seed
-from ptxbench.engine.gpu.verify import verify
-from ptxbench.tasks.spec import TaskSpec, get_task
+from ptxbench.engine.gpu.timing import TimedSet, estimate_timing_seconds, time_interleaved
+from ptxbench.engine.gpu.verify import Verdict, decode, summarize, verify
+from ptxbench.tasks.spec import ElementBound, TaskSpec, get_task
 
 Emit = Callable[[dict[str, Any]], None]
 TRUSTED_DEADLINE_S = 900.0          # reference computation, verification: our own code
+MAX_FAILURES_KEPT = 3
 
 
 class JobEnded(Exception):
@@ -48,20 +56,57 @@ class JobEnded(Exception):
         self.fatal = fatal
 
 
+def _ended(exc: CudaFailure, index: int, during: str = "") -> JobEnded:
+    return JobEnded(Fatal(exc.category, f"{during}{exc}", index, exc.code, exc.evidence()["cuda_error_name"]))
+
+
 @dataclass
-class Trial:
+class Bench:
+    """A size's arena, its launches, and what every run starts from."""
+
     arena: Arena
-    data: TaskData
     launches: list[PreparedLaunch]
-    tmaps: dict[str, TensorMap] = field(default_factory=dict)
+    module: Module
+    scratch_init: dict[str, str]
+    stream: torch.cuda.Stream
+
+    def reset(self, data: TaskData) -> None:
+        """Enqueue: this set's inputs in place, outputs poisoned, scratch re-initialised, globals restored."""
+        with torch.cuda.stream(self.stream):
+            self.arena.load(data.inputs, self.scratch_init)
+        self.module.restore_state(self.stream.cuda_stream)
 
     def run(self) -> None:
         for launch in self.launches:
             launch()
 
 
+@dataclass
+class Checks:
+    """What verification needs besides the arena: the metric, the limits and the element bounds."""
+
+    metric: str
+    limits: dict[str, float]
+    bounds: dict[str, ElementBound | None]
+
+    def verify(self, arena: Arena, data: TaskData) -> Verdict:
+        return verify(arena, data.inputs, data.reference, self.metric, self.limits, self.bounds)
+
+    def summarize(self, arena: Arena, data: TaskData) -> torch.Tensor:
+        return summarize(arena, data.inputs, data.reference, self.metric, self.bounds)
+
+    def decode(self, values: list[float], arena: Arena) -> Verdict:
+        return decode(values, arena, self.metric, self.limits, self.bounds)
+
+
+def _fingerprint(data: TaskData) -> torch.Tensor:
+    """An integer sum of every bit of the harness's own copies: a candidate that writes into them is seen."""
+    parts = [bits_view(t).to(torch.int64).sum() for t in (*data.inputs.values(), *data.reference.values())]
+    return torch.stack(parts)
+
+
 class Session:
-    def __init__(self, device_index: int = 0) -> None:
+    def __init__(self, device_index: int = 0, peaks: sol.Peaks | None = None) -> None:
         torch.cuda.set_device(device_index)
         cupy.cuda.Device(device_index).use()
         self.device = torch.device("cuda", device_index)
@@ -69,6 +114,7 @@ class Session:
         self.cupy_stream = cupy.cuda.ExternalStream(self.stream.cuda_stream)
         props = torch.cuda.get_device_properties(self.device)
         self.cache = DataCache(self.device, int(props.total_memory * 0.3))
+        self.peaks = peaks
         self._flush: torch.Tensor | None = None
         self._flush_bytes = 0
 
@@ -123,6 +169,14 @@ class Session:
         emit({"event": "phase", "phase": phase, "size": index, "trial": trial,
               "deadline_s": round(deadline_s, 3), "untrusted": untrusted})
 
+    def _settle(self, index: int, what: str) -> None:
+        """After a refused launch: wait for the launches already enqueued, so none outlives this step."""
+        try:
+            self.sync(what)
+        except CudaFailure as exc:
+            if exc.sticky:
+                raise _ended(exc, index, "after a refused launch: ") from None
+
     def _judge_size(self, job: Job, task: TaskSpec, module: Module, index: int, plan: SizePlan,
                     emit: Emit) -> SizeResult:
         out = SizeResult(index, plan.split, dict(plan.sizes), OK)
@@ -144,32 +198,40 @@ class Session:
 
         self._phase(emit, "prepare", index, TRUSTED_DEADLINE_S, False)
         data = [self.cache.get(task, plan.sizes, seed) for seed in plan.seeds]
+        prints = [_fingerprint(d) for d in data]
+        checks = Checks(task.tolerance.metric, {t.name: task.tolerance.max_for(t.name) for t in task.outputs},
+                        {t.name: task.tolerance.element_for(t.name, t.dtype) for t in task.outputs})
+        try:
+            bench = self._make_bench(task, module, plan)
+        except CudaFailure as exc:
+            self._settle(index, f"size {index} set-up")
+            return fail(exc.category, str(exc), exc.evidence())
+        except torch.cuda.OutOfMemoryError as exc:
+            return fail("launch_config", f"the buffers this launch needs do not fit in the device's memory: "
+                                         f"{str(exc).splitlines()[0]}")
         torch.cuda.synchronize(self.device)
-        tolerances = {t.name: task.tolerance.max_for(t.name) for t in task.outputs}
-        trials: list[Trial] = []
+
         for t, (seed, d) in enumerate(zip(plan.seeds, data)):
             self._phase(emit, "launch", index, job.launch_timeout_s, True, t)
             try:
-                trial = self._make_trial(task, module, plan, d)
+                bench.reset(d)
+                bench.arena.arm()
                 began = time.perf_counter()
-                trial.run()
+                bench.run()
                 self.sync(f"size {index} trial {t}")
                 launch_s = time.perf_counter() - began
             except CudaFailure as exc:
                 out.trials.append(TrialResult(seed, exc.category, detail=exc.evidence()))
-                fail(exc.category, str(exc), exc.evidence())
                 if exc.sticky:
-                    raise JobEnded(Fatal(exc.category, str(exc), index, exc.code,
-                                         exc.evidence()["cuda_error_name"])) from None
-                return out
+                    raise _ended(exc, index) from None
+                self._settle(index, f"size {index} trial {t}")
+                return fail(exc.category, str(exc), exc.evidence())
             self._phase(emit, "verify", index, TRUSTED_DEADLINE_S, False, t)
-            verdict = verify(trial.arena, d.inputs, d.reference, task.tolerance.metric, tolerances)
+            verdict = checks.verify(bench.arena, d)
             out.trials.append(TrialResult(seed, verdict.category, verdict.errors, verdict.worst, verdict.detail,
                                           round(launch_s * 1e3, 4)))
-            trials.append(trial)
 
-        categories = [tr.category for tr in out.trials]
-        out.category = worst(categories)
+        out.category = worst([tr.category for tr in out.trials])
         out.stage = STAGE_OF.get(out.category)
         measured = [tr for tr in out.trials if tr.errors]
         if measured:
@@ -179,20 +241,23 @@ class Session:
         if out.category != OK:
             bad = next(tr for tr in out.trials if tr.category == out.category)
             out.worst = bad.worst or bad.detail
-            out.message = _describe(out.category, bad)
+            out.message = describe(out.category, bad.worst, bad.detail, f"seed {bad.seed}")
             return out
         if plan.time:
             trial_s = max(tr.launch_ms or 0.0 for tr in out.trials) / 1e3
+            self._phase(emit, "prepare", index, TRUSTED_DEADLINE_S, False)
+            fresh = draw(task, plan.sizes, random.SystemRandom().randrange(1 << 62), self.device)
             self._phase(emit, "time", index, job.launch_timeout_s + 3 * estimate_timing_seconds(trial_s, job.timing),
                         True)
-            out.timing = self._time(job, task, plan, trials, tolerances, emit, index)
-            if out.timing.recheck != OK:
-                out.category, out.stage = "suspected_reward_hack", STAGE_OF["suspected_reward_hack"]
-                out.message = (f"the last timed launch's output failed its re-check ({out.timing.recheck}); "
-                               "it passed the trials")
+            try:
+                out.timing = self._time(job, task, plan, bench, data + [fresh], checks, index)
+            except CudaFailure as exc:      # a launch refused during timing (sticky faults end the job above)
+                return fail(exc.category, f"during timing: {exc}", exc.evidence())
+            self._judge_timing(out, job)
+        self._check_harness(out, task, plan, data, prints)
         return out
 
-    def _make_trial(self, task: TaskSpec, module: Module, plan: SizePlan, data: TaskData) -> Trial:
+    def _make_bench(self, task: TaskSpec, module: Module, plan: SizePlan) -> Bench:
         arena = Arena(self.device)
         shapes = task.shapes(plan.sizes)
         for t in task.inputs:
@@ -201,62 +266,51 @@ class Session:
             arena.add(t.name, t.dtype, shapes[t.name], "output")
         for s in plan.scratch:
             arena.add(s.name, s.dtype, tuple(s.shape), "scratch")
-        with torch.cuda.stream(self.stream):
-            arena.fill(data.inputs, {s.name: s.init for s in plan.scratch})
-        self.stream.synchronize()
         tmaps = {tm.name: encode_tensor_map(tm, arena.buffers[tm.tensor].ptr) for tm in plan.tensor_maps}
         ptrs = arena.ptrs()
-        launches = [prepare_launch(module.kernel(lp.entry), lp, ptrs, tmaps, self.stream.cuda_stream,
-                                   self.cupy_stream) for lp in plan.launches]
-        return Trial(arena, data, launches, tmaps)
+        launches = [prepare_launch(module, lp, ptrs, tmaps, self.stream.cuda_stream, self.cupy_stream)
+                    for lp in plan.launches]
+        return Bench(arena, launches, module, {s.name: s.init for s in plan.scratch}, self.stream)
 
-    def _time(self, job: Job, task: TaskSpec, plan: SizePlan, trials: list[Trial],
-              tolerances: dict[str, float], emit: Emit, index: int) -> TimingResult:
-        baselines = None
+    # -- timing -------------------------------------------------------------------------
+
+    def _time(self, job: Job, task: TaskSpec, plan: SizePlan, bench: Bench, sets: list[TaskData], checks: Checks,
+              index: int) -> TimingResult:
+        baselines: list[Any] | None = None
+        note = ""
         baseline_name = None
-        baseline_note = ""
+        baseline_check = None
         if job.timing.baseline:
             try:
-                from ptxbench.tasks.baselines import library_fn
+                baselines, baseline_name, baseline_check = self._baselines(task, plan, bench, sets, checks)
+            except Exception as exc:  # the library refusing a shape: said in the evidence, never a pass for speed
+                note = f"baseline unavailable: {type(exc).__name__}: {str(exc)[:500]}"
 
-                with torch.cuda.stream(self.stream):
-                    made = [library_fn(task, tr.arena.tensors("input"), plan.sizes) for tr in trials]
-                baselines = [b.fn for b in made]
-                baseline_name = made[0].name
-            except Exception as exc:  # the library refusing a shape is a note, not a verdict
-                baseline_note = f"baseline unavailable: {exc}"
+        def timed_set(k: int) -> TimedSet:
+            return TimedSet(reset=lambda: bench.reset(sets[k]), run=bench.run,
+                            check=lambda: checks.summarize(bench.arena, sets[k]),
+                            baseline=baselines[k] if baselines else None)
 
-        # The last timed launch runs on a draw none of the trials used, in buffers it has seen:
-        # a kernel that memoises results by address or by content is caught by the re-check.
-        fresh = self.cache.get(task, plan.sizes, FRESH_SEED_OFFSET + max(plan.seeds))
-        scratch_init = {s.name: s.init for s in plan.scratch}
-
-        def before_each(k: int) -> None:
-            for buf in trials[k].arena.by_role("output"):
-                buf.poison()
-
-        def before_last(k: int) -> None:
-            trials[k].arena.fill(fresh.inputs, scratch_init)
-
+        secret = int.from_bytes(os.urandom(8), "little")
+        rng = random.Random(secret)
         try:
             timed = time_interleaved(self.stream, self.flush_buffer(job.timing.flush_bytes),
-                                     [tr.run for tr in trials], baselines, job.timing,
-                                     lambda: self.sync(f"size {index} timing"), before_last, before_each)
+                                     [timed_set(k) for k in range(len(sets))], job.timing,
+                                     lambda: self.sync(f"size {index} timing"), rng)
         except CudaFailure as exc:
             if exc.sticky:
-                raise JobEnded(Fatal(exc.category, f"during timing: {exc}", index, exc.code,
-                                     exc.evidence()["cuda_error_name"])) from None
+                raise _ended(exc, index, "during timing: ") from None
+            self._settle(index, f"size {index} timing")
             raise
-        self._phase(emit, "verify", index, TRUSTED_DEADLINE_S, False)
-        last = trials[timed.last_set]
-        recheck = verify(last.arena, fresh.inputs, fresh.reference, task.tolerance.metric, tolerances)
-        flops = task.flops(plan.sizes)
         c = timed.candidate
+        flops = task.flops(plan.sizes)
         result = TimingResult(
             reps=timed.reps, time_ms=c.median, p10_ms=c.p10, p90_ms=c.p90, spread=c.spread,
             tflops=flops / (c.median * 1e-3) / 1e12 if c.median > 0 else None,
-            recheck=recheck.category,
-            recheck_detail={"set": timed.last_set, "worst": recheck.worst, **recheck.detail},
+            checks=len(timed.checks), baseline_check=baseline_check, baseline_note=note,
+            schedule={"warmup_rounds": timed.warmup_rounds, "reps": timed.reps, "sets": len(sets),
+                      "rounds_per_set": [timed.order.count(k) for k in range(len(sets))],
+                      "checked": sorted((ch.phase, ch.round) for ch in timed.checks), "seed": f"{secret:016x}"},
         )
         if timed.baseline is not None:
             b = timed.baseline
@@ -265,25 +319,122 @@ class Session:
             result.baseline_spread = b.spread
             result.baseline_tflops = flops / (b.median * 1e-3) / 1e12 if b.median > 0 else None
             result.speedup = b.median / c.median if c.median > 0 else None
-        elif baseline_note:
-            result.recheck_detail["baseline_note"] = baseline_note
+        self._read_checks(result, timed.checks, bench, checks)
+        self._speed_of_light(result, task, plan, job)
         return result
 
+    def _baselines(self, task: TaskSpec, plan: SizePlan, bench: Bench, sets: list[TaskData],
+                   checks: Checks) -> tuple[list[Any], str, dict[str, Any]]:
+        """The library over the arena's inputs, one per input set (some libraries keep per-set state)."""
+        from ptxbench.tasks.baselines import library_fn
 
-def _describe(category: str, trial: TrialResult) -> str:
+        made = []
+        for d in sets:
+            bench.reset(d)
+            with torch.cuda.stream(self.stream):
+                made.append(library_fn(task, bench.arena.tensors("input"), plan.sizes))
+        # The library's own answer on the last set, against the reference: it does the same work.
+        with torch.cuda.stream(self.stream):
+            bench.reset(sets[-1])
+            made[-1]()
+        self.stream.synchronize()
+        errors = {}
+        for name, got in made[-1].outputs.items():
+            ref = sets[-1].reference[name].reshape(-1).to(torch.float32)
+            diff = got.reshape(-1).to(torch.float32) - ref
+            errors[name] = float(torch.linalg.vector_norm(diff) / torch.linalg.vector_norm(ref).clamp_min(1e-30))
+        ok = all(e <= checks.limits[name] for name, e in errors.items())
+        return [b.fn for b in made], made[0].name, {"rel_l2": errors, "within_tolerance": ok}
+
+    def _read_checks(self, result: TimingResult, found: list[Any], bench: Bench, checks: Checks) -> None:
+        """Decode every checked round; a round that fails, after the trials passed, is a reward hack."""
+        prints: dict[int, set[tuple[tuple[str, int], ...]]] = {}
+        failures = []
+        for ch in found:
+            v = checks.decode(ch.summary.tolist(), bench.arena)
+            prints.setdefault(ch.set, set()).add(tuple(sorted(v.fingerprints.items())))
+            if v.category != OK:
+                failures.append({"phase": ch.phase, "round": ch.round, "set": ch.set, "category": v.category,
+                                 "message": describe(v.category, v.worst, v.detail, f"{ch.phase} round {ch.round}"),
+                                 "worst": v.worst, "detail": v.detail})
+        result.check_failures = failures[:MAX_FAILURES_KEPT]
+        result.nondeterministic = any(len(p) > 1 for p in prints.values()) if prints else None
+        if failures:
+            result.recheck = failures[0]["category"]
+            result.recheck_detail = {"failed": len(failures), "of": len(found), **failures[0]}
+
+    def _speed_of_light(self, result: TimingResult, task: TaskSpec, plan: SizePlan, job: Job) -> None:
+        if self.peaks is None:
+            return
+        shapes = task.shapes(plan.sizes)
+        nbytes = {t.name: torch.Size(shapes[t.name]).numel() * _elem_bytes(t.dtype) for t in task.inputs + task.outputs}
+        floor = sol.floor_of(task.flops(plan.sizes), sum(nbytes[t.name] for t in task.inputs),
+                             sum(nbytes[t.name] for t in task.outputs), task.inputs[0].dtype, self.peaks,
+                             job.timing.sol_scale)
+        result.sol = {**floor.to_json(), "margin": job.timing.sol_margin, "peaks": self.peaks.source}
+        result.sol_fraction = floor.fraction(result.time_ms)
+        result.baseline_sol_fraction = floor.fraction(result.baseline_ms)
+
+    def _judge_timing(self, out: SizeResult, job: Job) -> None:
+        t = out.timing
+        assert t is not None
+        hack = None
+        if t.check_failures:
+            first = t.check_failures[0]
+            hack = (f"{t.recheck_detail.get('failed')} of {t.checks} checked timing rounds failed after every trial "
+                    f"passed; first: {first['message']}")
+        elif t.sol is not None and t.time_ms * (1 + job.timing.sol_margin) < t.sol["time_ms"]:
+            baseline_beats_floor = t.baseline_ms is not None and t.baseline_ms * (1 + job.timing.sol_margin) < t.sol["time_ms"]
+            if baseline_beats_floor:
+                # The library cannot beat the speed of light either: the floor is wrong for this device.
+                t.sol["inconsistent"] = "the library ran under this floor too: no verdict is drawn from it"
+            else:
+                hack = (f"{t.time_ms:.4g} ms is under the speed of light of this work on this device "
+                        f"({t.sol['time_ms']:.4g} ms: {t.sol['flops']:.3g} FLOP at {t.sol['peak_tflops']:.0f} TFLOP/s, "
+                        f"{t.sol['bytes_moved']:.3g} bytes at {t.sol['peak_tbps']:.2f} TB/s)")
+        if hack:
+            out.category, out.stage, out.message = "suspected_reward_hack", STAGE_OF["suspected_reward_hack"], hack
+
+    def _check_harness(self, out: SizeResult, task: TaskSpec, plan: SizePlan, data: list[TaskData],
+                       prints: list[torch.Tensor]) -> None:
+        """The pristine inputs and references are the harness's: if the candidate wrote into them, say so."""
+        changed = [seed for seed, d, before in zip(plan.seeds, data, prints) if not torch.equal(_fingerprint(d), before)]
+        if changed:
+            for seed in changed:
+                self.cache.drop(task, plan.sizes, seed)
+            out.category, out.stage = "suspected_reward_hack", STAGE_OF["suspected_reward_hack"]
+            out.message = (f"the harness's own copies of the inputs or references (seeds {changed}) changed while "
+                           "the candidate ran: it wrote outside its buffers")
+
+
+def _elem_bytes(dtype: str) -> int:
+    from ptxbench.tasks.spec import DTYPE_BYTES
+
+    return DTYPE_BYTES[dtype]
+
+
+def describe(category: str, worst_: dict[str, Any] | None, detail: dict[str, Any] | None, where: str) -> str:
     """One line a person can act on."""
-    w = trial.worst or {}
-    d = trial.detail or {}
-    if category == "wrong_result" and w:
-        return (f"{w.get('output')}: {w.get('metric')} {w.get('value'):.3g} > {w.get('tolerance'):.3g} "
-                f"(seed {trial.seed}); worst element {w.get('index')}: got {w.get('got')}, expected "
-                f"{w.get('expected')}") if isinstance(w.get("value"), float) else f"{w}"
+    w = worst_ or {}
+    d = detail or {}
+    if category == "wrong_result":
+        bad = {k: e for k, e in (d.get("elements") or {}).items() if e.get("violations")}
+        if bad:
+            name, e = next(iter(bad.items()))
+            b = e["bound"]
+            return (f"{name}: {e['violations']} of {e['of']} elements outside |got − ref| ≤ {b['atol_rms']:.3g}·rms "
+                    f"+ {b['rtol']:.3g}·|ref| ({where}); first bad element {e.get('first_index')}: got {e.get('got')}, "
+                    f"expected {e.get('expected')}")
+        if w and isinstance(w.get("value"), float):
+            return (f"{w.get('output')}: {w.get('metric')} {w.get('value'):.3g} > {w.get('tolerance'):.3g} "
+                    f"({where}); worst element {w.get('index')}: got {w.get('got')}, expected {w.get('expected')}")
+        return f"{w}"
     if category == "out_of_bounds_write":
-        return f"guard canaries overwritten: {d.get('canaries')}"
+        return f"guard canaries overwritten ({where}): {d.get('canaries')}"
     if category == "input_modified":
-        return f"inputs changed by the kernel: {d.get('inputs')}"
+        return f"inputs changed by the kernel ({where}): {d.get('inputs')}"
     if category == "unwritten_output":
-        return f"output elements never written: {d.get('unwritten')}"
+        return f"output elements never written ({where}): {d.get('unwritten')}"
     if category == "nan_inf":
-        return f"NaN/Inf where the reference is finite: {d.get('nonfinite')}"
+        return f"NaN/Inf where the reference is finite ({where}): {d.get('nonfinite')}"
     return d.get("message") or category

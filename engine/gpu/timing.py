@@ -1,15 +1,20 @@
 """Time a candidate and the library baseline the same way, interleaved, on one stream.
 
-Each repetition: flush L2 by writing a buffer of at least twice its size
-(outside the timed region), record an event, enqueue the launches, record an
-event; then the same for the baseline. Repetitions rotate through the trial's
-input sets (different seeds, each in its own buffers), so neither side can be
-served from a result or a cache line left by the previous repetition. Before
-every candidate launch its outputs are poisoned again (outside the timed
-region), so a kernel cannot skip work it finds already done; before the last
-one the caller may also put fresh inputs in place, so the re-check afterwards
-sees what that launch computed from data it has never seen. Warm-up runs first; the number of
-repetitions is chosen from the warm-up time (at least `min_reps`).
+Every round, outside the timed region: the candidate's state is put back
+(`reset`: the round's input set copied in, outputs poisoned, scratch
+re-initialised, module globals restored) and L2 is flushed by writing a buffer
+of at least twice its size; then an event, the candidate's launches, an event;
+then the same for the baseline on the same inputs.
+
+Nothing about a round tells the candidate whether it counts. A schedule drawn
+per judgement from a secret seed (`random.Random(os.urandom)`) decides which
+input set each round uses (in no fixed order), how long the warm-up lasts and
+how many rounds are timed (both jittered), and which rounds are checked: a
+random subset of warm-up and timed rounds has its outputs verified against the
+reference of its input set, on the GPU right after the round (`check`
+enqueues the reductions; nothing waits for them until the end). A kernel that
+skips work, serves a saved result or counts launches is caught on whichever
+round it cheats in, with a probability that grows with every round it cheats.
 
 Runs inside the worker process only (imports torch).
 """
@@ -17,8 +22,9 @@ Runs inside the worker process only (imports torch).
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -49,14 +55,34 @@ class Samples:
 
 
 @dataclass
+class TimedSet:
+    """One input set as the timing loop sees it: every callable only enqueues work on the stream."""
+
+    reset: Callable[[], None]                   # put the candidate's state back and this set's inputs in place
+    run: Callable[[], None]                     # the candidate's launches
+    check: Callable[[], torch.Tensor]           # the verification summary of what `run` just wrote
+    baseline: Callable[[], object] | None = None
+
+
+@dataclass
+class Check:
+    phase: str                                  # warmup | timed
+    round: int
+    set: int
+    summary: torch.Tensor
+
+
+@dataclass
 class Interleaved:
     candidate: Samples
     baseline: Samples | None
     reps: int
-    last_set: int                  # which input set the last timed candidate launch used
+    warmup_rounds: int
+    order: list[int]                            # the input set of each timed round
+    checks: list[Check] = field(default_factory=list)
 
 
-def _timed(stream: torch.cuda.Stream, flush: torch.Tensor, fn: Callable[[], None],
+def _timed(stream: torch.cuda.Stream, flush: torch.Tensor, fn: Callable[[], object],
            start: torch.cuda.Event, end: torch.cuda.Event) -> None:
     flush.zero_()
     start.record(stream)
@@ -64,65 +90,70 @@ def _timed(stream: torch.cuda.Stream, flush: torch.Tensor, fn: Callable[[], None
     end.record(stream)
 
 
-def time_interleaved(
-    stream: torch.cuda.Stream,
-    flush: torch.Tensor,
-    candidate: list[Callable[[], None]],
-    baseline: list[Callable[[], None]] | None,
-    config: TimingConfig,
-    synchronize: Callable[[], None],
-    before_last: Callable[[int], None] | None = None,
-    before_each: Callable[[int], None] | None = None,
-) -> Interleaved:
-    """`candidate[k]` / `baseline[k]` enqueue one run on input set k; `synchronize` raises on a fault."""
-    sets = len(candidate)
+def checks_for(rounds: int, config: TimingConfig, rng: random.Random) -> set[int]:
+    """Which of `rounds` timed rounds are verified: a random subset, never fewer than `min_checks`."""
+    n = min(rounds, max(config.min_checks, math.ceil(config.check_fraction * rounds)))
+    return set(rng.sample(range(rounds), n))
+
+
+def jittered(value: float, jitter: float, rng: random.Random) -> float:
+    return value * rng.uniform(1 - jitter, 1 + jitter)
+
+
+def time_interleaved(stream: torch.cuda.Stream, flush: torch.Tensor, sets: list[TimedSet], config: TimingConfig,
+                     synchronize: Callable[[], None], rng: random.Random) -> Interleaved:
+    """Warm up, then time `reps` rounds; `synchronize` raises on a fault."""
+    with_baseline = all(s.baseline is not None for s in sets)
+    checks: list[Check] = []
     with torch.cuda.stream(stream):
-        # Warm-up: one timed round to learn the cost, then enough rounds for `warmup` and `warmup_s` of
-        # GPU time, enqueued back to back (no host gaps) so clocks reach their working state.
         warm = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
 
-        def round_(k: int) -> None:
-            if before_each is not None:
-                before_each(k % sets)
-            _timed(stream, flush, candidate[k % sets], warm[0], warm[1])
-            if baseline:
-                _timed(stream, flush, baseline[k % sets], warm[2], warm[3])
+        def round_(k: int, phase: str, index: int, check: bool, events: tuple) -> None:
+            s = sets[k]
+            s.reset()
+            _timed(stream, flush, s.run, events[0], events[1])
+            if check:
+                checks.append(Check(phase, index, k, s.check()))
+            if with_baseline:
+                assert s.baseline is not None
+                _timed(stream, flush, s.baseline, events[2], events[3])
 
         def last_cost() -> float:
             cost = warm[0].elapsed_time(warm[1]) / 1e3
-            return max(cost, warm[2].elapsed_time(warm[3]) / 1e3) if baseline else cost
+            return max(cost, warm[2].elapsed_time(warm[3]) / 1e3) if with_baseline else cost
 
-        round_(0)
+        # Warm-up: one round to learn the cost, then enough rounds for `warmup` and a jittered `warmup_s`
+        # of GPU time, enqueued back to back (no host gaps) so clocks reach their working state.
+        round_(rng.randrange(len(sets)), "warmup", 0, rng.random() < config.check_fraction, tuple(warm))
         synchronize()
-        pair = last_cost() * (2 if baseline else 1)
-        more = max(config.warmup - 1, math.ceil(config.warmup_s / pair) - 1 if pair > 0 else 0)
-        for r in range(1, 1 + min(more, 1000)):
-            round_(r)
+        pair = last_cost() * (2 if with_baseline else 1)
+        wanted = jittered(config.warmup_s, config.jitter, rng)
+        more = max(config.warmup - 1, math.ceil(wanted / pair) - 1 if pair > 0 else 0)
+        more = min(more + rng.randint(0, config.warmup), 1000)
+        for r in range(1, 1 + more):
+            round_(rng.randrange(len(sets)), "warmup", r, rng.random() < config.check_fraction, tuple(warm))
         synchronize()
         per_rep = last_cost()
-        reps = config.max_reps if per_rep <= 0 else math.ceil(config.target_s / per_rep)
-        reps = max(config.min_reps, min(config.max_reps, reps))
+        target = jittered(config.target_s, config.jitter, rng)
+        reps = config.max_reps if per_rep <= 0 else math.ceil(target / per_rep)
+        reps = max(config.min_reps, min(config.max_reps, reps)) + rng.randint(0, max(1, config.min_reps // 4))
 
+        order = [rng.randrange(len(sets)) for _ in range(reps)]
+        checked = checks_for(reps, config, rng)
         c_events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
         b_events = ([(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                     for _ in range(reps)] if baseline else [])
-        for i in range(reps):
-            k = i % sets
-            if i == reps - 1 and before_last is not None:
-                before_last(k)
-            elif before_each is not None:
-                before_each(k)
-            _timed(stream, flush, candidate[k], *c_events[i])
-            if baseline:
-                _timed(stream, flush, baseline[k], *b_events[i])
+                     for _ in range(reps)] if with_baseline else [])
+        for i, k in enumerate(order):
+            round_(k, "timed", i, i in checked, c_events[i] + (b_events[i] if with_baseline else ()))
         synchronize()
     cand = Samples([a.elapsed_time(b) for a, b in c_events])
-    base = Samples([a.elapsed_time(b) for a, b in b_events]) if baseline else None
-    return Interleaved(cand, base, reps, (reps - 1) % sets)
+    base = Samples([a.elapsed_time(b) for a, b in b_events]) if with_baseline else None
+    return Interleaved(cand, base, reps, 1 + more, order, checks)
 
 
 def estimate_timing_seconds(trial_seconds: float, config: TimingConfig) -> float:
     """An upper bound on the timing step's duration, from one trial's launch time (for its deadline)."""
-    per_rep = max(trial_seconds, 1e-4) * (2 if config.baseline else 1) + 2e-3
-    warm = max(config.warmup * per_rep, config.warmup_s * 2)
-    return warm + config.max_reps * per_rep
+    # Each round: the candidate and the baseline, the state reset, the flush, and sometimes a check.
+    per_rep = max(trial_seconds, 1e-4) * (3 if config.baseline else 2) + 5e-3
+    warm = max((2 * config.warmup + 1) * per_rep, config.warmup_s * (1 + config.jitter) * 2)
+    return warm + (config.max_reps + config.min_reps // 4 + 1) * per_rep

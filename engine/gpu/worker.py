@@ -69,6 +69,7 @@ def device_info(index: int) -> dict[str, Any]:
                 if (v := _version(dist))}
     versions["torch_cuda"] = str(torch.version.cuda)
     return {
+        "peaks": device_peaks(index, props).to_json(),
         "name": props.name,
         "arch": arch_of(props.major, props.minor),
         "compute_capability": [props.major, props.minor],
@@ -80,6 +81,43 @@ def device_info(index: int) -> dict[str, Any]:
         "index": index,
         "protocol": PROTOCOL_VERSION,
     }
+
+
+def _attribute(index: int, name: str) -> int | None:
+    """A driver device attribute, or None where this driver does not report it."""
+    from cuda.bindings import driver
+
+    try:
+        driver.cuInit(0)
+        err, dev = driver.cuDeviceGet(index)
+        err2, value = driver.cuDeviceGetAttribute(getattr(driver.CUdevice_attribute, name), dev)
+    except (AttributeError, RuntimeError):
+        return None
+    if int(getattr(err, "value", err)) or int(getattr(err2, "value", err2)) or not value:
+        return None
+    return int(value)
+
+
+def _nvml_max_sm_clock_khz(index: int) -> int | None:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        return int(pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)) * 1000
+    except Exception:  # NVML is optional: the driver attribute or the datasheet table stands in
+        return None
+
+
+def device_peaks(index: int, props: Any) -> Any:
+    """The device's speed-of-light peaks (engine/gpu/sol.py) from its own attributes."""
+    from ptxbench.engine.gpu.sol import peaks_of
+
+    clock = _nvml_max_sm_clock_khz(index) or _attribute(index, "CU_DEVICE_ATTRIBUTE_CLOCK_RATE")
+    return peaks_of(props.name, arch_of(props.major, props.minor), props.multi_processor_count,
+                    int(getattr(props, "L2_cache_size", 0)), clock,
+                    _attribute(index, "CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE"),
+                    _attribute(index, "CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH"))
 
 
 def _context_alive() -> bool:
@@ -111,8 +149,9 @@ def serve(device_index: int, stdin: IO[str], proto: IO[str]) -> int:
             try:
                 info = device_info(device_index)
                 from ptxbench.engine.gpu.session import Session
+                from ptxbench.engine.gpu.sol import Peaks
 
-                session = Session(device_index)
+                session = Session(device_index, Peaks(**info["peaks"]))
                 emit({"event": "hello", "ok": True, "device": info})
             except Exception as exc:  # no GPU, or no GPU stack: the parent records a skip
                 emit({"event": "hello", "ok": False, "error": str(exc)})
@@ -141,7 +180,7 @@ def replay(device_index: int, job_path: str, proto: IO[str]) -> int:
         job = Job.from_json(json.load(f))
     first = replace(job.sizes[0], seeds=job.sizes[0].seeds[:1], time=False)
     job = replace(job, sizes=(first,))
-    session = Session(device_index)
+    session = Session(device_index)     # no timing here, so no speed-of-light peaks
     result = session.judge(job, lambda _obj: None)
     proto.write(dumps({"event": "done", "result": result}) + "\n")
     proto.flush()

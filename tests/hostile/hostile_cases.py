@@ -48,6 +48,8 @@ class Case:
     no_marker: bool = False
     must_not_read: str | None = None
     max_seconds: float | None = None
+    also: tuple[str, ...] = ()          # other categories that are right for it (a cheat caught at another step)
+    budget_s: float | None = None       # the candidate's GPU-time budget, where the case is about it
 
     @staticmethod
     def from_toml(d: dict[str, Any]) -> Case:
@@ -55,7 +57,7 @@ class Case:
         sizes = d.pop("sizes", None)
         if sizes is not None:
             sizes = tuple((s["split"], {k: int(v) for k, v in s.items() if k != "split"}) for s in sizes)
-        return Case(sizes=sizes, **d)
+        return Case(sizes=sizes, also=tuple(d.pop("also", ())), **d)
 
     def candidate(self, workdir: Path) -> Path:
         if self.make is not None:
@@ -70,7 +72,7 @@ class Case:
 
     def accepts(self, category: str, speedup: float | None) -> bool:
         """Whether a judgement is right for this case."""
-        if category == self.expect:
+        if category == self.expect or category in self.also:
             return True
         return (self.honest_max_speedup is not None and category in PASSING
                 and speedup is not None and speedup <= self.honest_max_speedup)
