@@ -331,11 +331,32 @@ def judgement_summary(j: Any) -> dict[str, Any]:
         "sizes": [{"split": m.split, "sizes": m.sizes, "category": m.category, "max_rel_err": m.max_rel_err,
                    "worst": m.worst, "time_ms": m.time_ms, "time_spread": m.time_spread,
                    "baseline_ms": m.baseline_ms, "speedup": m.speedup, "tflops": m.tflops,
-                   "sol_fraction": m.sol_fraction, "message": m.message}
+                   "sol_fraction": m.sol_fraction, "message": m.message,
+                   "element_ratio": _element_ratio(m.detail), "checks": _checks(m.detail)}
                   for m in j.measurements],
         "evidence": {k: v for k, v in j.evidence.items() if k != "sizes"},
         "seconds": {k: round(v, 3) for k, v in j.seconds.items()},
     }
+
+
+def _element_ratio(detail: dict[str, Any]) -> dict[str, float]:
+    """Per output, the largest |got − ref| / bound over the trials (1.0 is the element bound itself)."""
+    out: dict[str, float] = {}
+    for trial in detail.get("trials", []):
+        for name, e in ((trial.get("detail") or {}).get("elements") or {}).items():
+            r = e.get("max_ratio")
+            if isinstance(r, (int, float)):
+                out[name] = max(out.get(name, 0.0), float(r))
+    return out
+
+
+def _checks(detail: dict[str, Any]) -> dict[str, Any] | None:
+    t = detail.get("timing")
+    if not t:
+        return None
+    return {"checked": t.get("checks"), "failed": len(t.get("check_failures") or []),
+            "nondeterministic": t.get("nondeterministic"), "reps": t.get("reps"),
+            "baseline_check": t.get("baseline_check")}
 
 
 def gpu_stages(verdict: Any, task_id: str | None) -> tuple[Any, str]:

@@ -1,12 +1,21 @@
-"""Run the GPU test suite and the pipeline benchmark on a GPU machine; write one JSON report.
+"""The GPU suite: every GPU test, every expert through `ptxbench check`, the pipeline benchmark; one report.
 
-Usage (repository root, on the GPU machine, with ptxbench importable):
-    python3 scripts/gpu_suite.py --out DIR [--n 100] [--budget-s 280]
+On the GPU machine (repository root, ptxbench importable; `make gpu-suite` runs the first form):
 
-Writes DIR/gpu_suite.json (device, driver, date, every test's outcome and
-duration, the benchmark's figures) beside the raw logs, and prints a short
-table last. NVIDIA's tools are taken from PATH or /usr/local/cuda/bin when the
-PyPI wheels are not installed (PTXBENCH_PTXAS and friends).
+    python3 scripts/gpu_suite.py run --out DIR [--parts tests,bench] [--commit SHA] [--budget-s 560]
+
+writes DIR/gpu-suite.json (commit, device, driver, tool versions, each test with its outcome and
+seconds, each expert with its category, speedup, TFLOP/s and fraction of the speed of light, the
+benchmark's figures) and DIR/raw.tar.gz (pytest log, JUnit XML, the experts' full JSON, the hostile
+table, the benchmark log), and prints a short table last. The expert figures come from the expert
+test itself (tests/gpu/test_engine_gpu.py runs `ptxbench check --json` and keeps the JSON here), so
+each expert is judged once. Parts can run in separate calls, each with its own DIR; then, here:
+
+    python3 scripts/gpu_suite.py merge DIR [DIR ...] [--results results]
+
+writes results/gpu-suite-YYYYMMDD-HHMM.json and .md from them (the newest such report feeds the
+README's figures: scripts/readme_figures.py). NVIDIA's tools come from PATH or /usr/local/cuda/bin
+when the PyPI wheels are not installed (PTXBENCH_PTXAS and friends).
 """
 
 from __future__ import annotations
@@ -18,57 +27,79 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+PARTS = ("tests", "bench")
 
 
-def tool_env() -> dict[str, str]:
+def tool_env(out: Path) -> dict[str, str]:
     env = dict(os.environ)
     cuda_bin = Path("/usr/local/cuda/bin")
     if cuda_bin.is_dir() and str(cuda_bin) not in env.get("PATH", ""):
         env["PATH"] = f"{env.get('PATH', '')}:{cuda_bin}"
     for tool, var in (("ptxas", "PTXBENCH_PTXAS"), ("nvcc", "PTXBENCH_NVCC"),
                       ("cuobjdump", "PTXBENCH_CUOBJDUMP"), ("nvdisasm", "PTXBENCH_NVDISASM")):
-        if var in env:
-            continue
-        found = shutil.which(tool, path=env["PATH"])
-        if found:
+        if var not in env and (found := shutil.which(tool, path=env["PATH"])):
             env[var] = found
     env.setdefault("PTXBENCH_CACHE", "/tmp/ptxbench-cache")
     env["PYTHONUNBUFFERED"] = "1"
+    env["PTXBENCH_SUITE_DIR"] = str(out)
+    env["PTXBENCH_HOSTILE_REPORT"] = str(out / "hostile.md")
     return env
 
 
 def device() -> dict[str, str]:
     out: dict[str, str] = {}
     try:
-        text = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total",
+        text = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,clocks.max.sm,memory.total",
                                "--format=csv,noheader"], capture_output=True, text=True, timeout=30).stdout
-        name, driver, sm, sm_max, mem = (x.strip() for x in text.splitlines()[0].split(","))
-        out.update(name=name, driver=driver, sm_clock=sm, sm_clock_max=sm_max, memory=mem)
+        name, driver, sm_max, mem = (x.strip() for x in text.splitlines()[0].split(","))
+        out.update(name=name, driver=driver, sm_clock_max=sm_max, memory=mem)
     except Exception as exc:  # the report says what it could not read
         out["error"] = str(exc)
     return out
 
 
-def run_tests(out: Path, env: dict[str, str], timeout: float) -> dict:
-    junit = out / "junit.xml"
-    log = out / "pytest.log"
-    began = time.monotonic()
-    cmd = [sys.executable, "-m", "pytest", "-v", "-m", "gpu", "tests/gpu", f"--junitxml={junit}",
-           "-p", "no:cacheprovider", "-o", "addopts=-ra"]
-    # Output goes straight to the file, so a run cut off at its deadline still says how far it got.
+def tool_versions(env: dict[str, str]) -> dict[str, str | None]:
+    from importlib import metadata
+
+    versions: dict[str, str | None] = {}
+    for dist in ("torch", "cupy-cuda13x", "cuda-bindings", "triton", "nvidia-cuda-nvcc"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            versions[dist] = None
+    for tool, var in (("ptxas", "PTXBENCH_PTXAS"), ("nvcc", "PTXBENCH_NVCC")):
+        path = env.get(var) or shutil.which(tool, path=env["PATH"])
+        if path:
+            text = subprocess.run([path, "--version"], capture_output=True, text=True).stdout.strip().splitlines()
+            versions[tool] = f"{text[-1] if text else '?'} ({path})"
+    return versions
+
+
+def _wait(cmd: list[str], env: dict[str, str], log: Path, timeout: float) -> int | None:
+    """Run with output straight to a file, so a run cut off at its deadline still says how far it got."""
     with log.open("w") as f:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            rc: int | None = proc.wait(timeout=timeout)
+            return proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, 9)
             proc.wait()
-            rc = None
+            return None
+
+
+def run_tests(out: Path, env: dict[str, str], timeout: float, selection: list[str]) -> dict[str, Any]:
+    junit = out / "junit.xml"
+    began = time.monotonic()
+    cmd = [sys.executable, "-m", "pytest", "-v", "-m", "gpu", *selection, f"--junitxml={junit}", "-p",
+           "no:cacheprovider", "-o", "addopts=-ra"]
+    rc = _wait(cmd, env, out / "pytest.log", timeout)
     tests = []
     if junit.exists():
         for case in ET.parse(junit).getroot().iter("testcase"):
@@ -79,85 +110,148 @@ def run_tests(out: Path, env: dict[str, str], timeout: float) -> dict:
                     outcome = {"failure": "failed", "error": "error", "skipped": "skipped"}[tag]
                     message = (node.get("message") or "")[:600]
                     break
-            tests.append({"name": case.get("name"), "outcome": outcome, "seconds": float(case.get("time") or 0),
-                          "message": message})
-    else:
-        for line in log.read_text(errors="replace").splitlines():
-            for word in ("PASSED", "FAILED", "ERROR", "SKIPPED"):
-                if "::" in line and f" {word}" in line:
-                    tests.append({"name": line.split("::", 1)[1].split(" ")[0], "outcome": word.lower(),
-                                  "seconds": 0.0, "message": "(from the log: the run was cut off)"})
-                    break
-    return {"returncode": rc, "seconds": round(time.monotonic() - began, 2), "tests": tests}
+            tests.append({"name": f"{case.get('classname')}::{case.get('name')}", "outcome": outcome,
+                          "seconds": round(float(case.get("time") or 0), 2), "message": message})
+    return {"returncode": rc, "cut_off": rc is None, "seconds": round(time.monotonic() - began, 2),
+            "selection": selection, "tests": tests, "experts": experts(out / "experts")}
 
 
-def run_benchmark(out: Path, env: dict[str, str], n: int, timeout: float) -> dict:
+def experts(folder: Path) -> list[dict[str, Any]]:
+    """The figures of each expert's `ptxbench check --json`, kept by the expert test."""
+    found = []
+    for path in sorted(folder.glob("*.json")):
+        payload = json.loads(path.read_text())
+        j = payload.get("judgement") or {}
+        headline = next((s for s in j.get("sizes", []) if s.get("time_ms") is not None), {})
+        found.append({
+            "task": path.stem, "category": j.get("category"), "correct": j.get("correct"),
+            "correct_heldout": j.get("correct_heldout"), "speedup": j.get("speedup"), "tflops": j.get("tflops"),
+            "sol_fraction": j.get("sol_fraction"), "time_ms": j.get("time_ms"), "baseline": j.get("baseline"),
+            "baseline_ms": j.get("baseline_ms"), "headline": headline.get("sizes"), "checks": headline.get("checks"),
+            "sizes": [{"split": s["split"], "sizes": s["sizes"], "category": s["category"],
+                       "max_rel_err": s.get("max_rel_err"), "element_ratio": s.get("element_ratio")}
+                      for s in j.get("sizes", [])],
+            "speed_of_light": (j.get("evidence") or {}).get("speed_of_light"),
+        })
+    return found
+
+
+def run_benchmark(out: Path, env: dict[str, str], n: int, timeout: float) -> dict[str, Any]:
     result = out / "bench.json"
     began = time.monotonic()
-    cmd = [sys.executable, "benchmarks/gpu_pipeline.py", "--n", str(n), "--json", str(result)]
-    try:
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-        (out / "bench.log").write_text(proc.stdout + proc.stderr)
-        rc: int | None = proc.returncode
-    except subprocess.TimeoutExpired as exc:
-        (out / "bench.log").write_text(str(exc.stdout or "") + str(exc.stderr or ""))
-        rc = None
+    rc = _wait([sys.executable, "benchmarks/gpu_pipeline.py", "--n", str(n), "--json", str(result)], env,
+               out / "bench.log", timeout)
     report = json.loads(result.read_text()) if result.exists() else {}
     if "batch" in report:
-        report["batch"].pop("rows_omitted", None)
+        report["batch"].pop("rows", None)
     return {"returncode": rc, "seconds": round(time.monotonic() - began, 2), **report}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ROOT / "results")))
-    parser.add_argument("--n", type=int, default=100)
-    parser.add_argument("--budget-s", type=float, default=280.0)
-    parser.add_argument("--bench-s", type=float, default=110.0, help="time kept for the benchmark")
-    parser.add_argument("--skip-tests", action="store_true")
-    parser.add_argument("--skip-bench", action="store_true")
-    args = parser.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    began = time.monotonic()
-    env = tool_env()
-    report: dict = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "device": device(),
-        "tools": {k: env.get(k) for k in ("PTXBENCH_PTXAS", "PTXBENCH_NVCC", "PTXBENCH_CUOBJDUMP")},
-        "command": " ".join(sys.argv),
-    }
-    if not args.skip_tests:
-        left = args.budget_s - (time.monotonic() - began) - (0 if args.skip_bench else args.bench_s)
-        report["tests"] = run_tests(args.out, env, max(30.0, left))
-    if not args.skip_bench:
-        left = args.budget_s - (time.monotonic() - began)
-        report["benchmark"] = run_benchmark(args.out, env, args.n, max(30.0, left))
-    report["seconds"] = round(time.monotonic() - began, 2)
-    (args.out / "gpu_suite.json").write_text(json.dumps(report, indent=1, default=str))
+def pack(out: Path) -> None:
+    """Everything raw in one archive: a device call brings back only a few files."""
+    keep = {"gpu-suite.json", "raw.tar.gz"}
+    raw = [p for p in sorted(out.rglob("*")) if p.is_file() and p.name not in keep]
+    with tarfile.open(out / "raw.tar.gz", "w:gz") as tar:
+        for path in raw:
+            tar.add(path, arcname=str(path.relative_to(out)))
+    for path in raw:
+        path.unlink()
+    for folder in sorted((p for p in out.rglob("*") if p.is_dir()), reverse=True):
+        folder.rmdir()
 
-    log = args.out / "pytest.log"
-    if log.exists():
-        text = log.read_text()
-        print(text[-5000:] if "passed" not in text[-300:] or "failed" in text[-300:] else text[-600:])
-    blog = args.out / "bench.log"
-    if blog.exists():
-        print(blog.read_text()[-2500:])
-    print(f"\n{report['device'].get('name')} driver {report['device'].get('driver')} {report['date']}")
-    for t in report.get("tests", {}).get("tests", []):
-        print(f"  {t['outcome']:8} {t['seconds']:7.2f}s  {t['name']}  {t['message'][:150]}")
-    bench = report.get("benchmark", {})
-    s = bench.get("batch", {}).get("summary", {})
-    if s:
-        print(f"bench: {s.get('candidates')} cands, wall/cand {s.get('wall_per_candidate_s')} s, "
-              f"median gpu {s.get('median_gpu_s')} s, static {s.get('median_static_s')} s, "
-              f"static+gpu {s.get('median_static_plus_gpu_s')} s; cats {s.get('categories')}")
-        print(f"  expert {s.get('candidate_time_ms_median')} ms {s.get('tflops_median')} TFLOP/s, "
-              f"cuBLAS {s.get('baseline_ms_median')} ms, speedup {s.get('speedup_median')}")
-        print(f"  repeat {bench.get('repeat')}\n  do_bench {bench.get('do_bench')}")
-    elif bench:
-        print(f"bench rc {bench.get('returncode')}: see bench.log")
-    print(f"total {report['seconds']} s")
+
+def run(args: argparse.Namespace) -> int:
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    began = time.monotonic()
+    env = tool_env(out)
+    parts = [p for p in args.parts.split(",") if p]
+    report: dict[str, Any] = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "commit": args.commit or os.environ.get("PTXBENCH_COMMIT") or "unknown",
+        "device": device(), "tools": tool_versions(env), "parts": parts, "command": " ".join(sys.argv),
+    }
+    if "tests" in parts:
+        left = args.budget_s - (time.monotonic() - began) - (args.bench_s if "bench" in parts else 0)
+        report["tests"] = run_tests(out, env, max(60.0, left), args.pytest.split())
+    if "bench" in parts:
+        report["benchmark"] = run_benchmark(out, env, args.n, max(60.0, args.budget_s - (time.monotonic() - began)))
+    report["seconds"] = round(time.monotonic() - began, 2)
+    (out / "gpu-suite.json").write_text(json.dumps(report, indent=1, default=str))
+    pack(out)
+    print(summary_text(report))
     return 0
+
+
+# -- the report ----------------------------------------------------------------------------------------
+
+def _f(x: Any, fmt: str) -> str:
+    return format(x, fmt) if isinstance(x, (int, float)) else "—"
+
+
+def summary_text(report: dict[str, Any]) -> str:
+    lines = [f"# GPU suite: {report['device'].get('name')} driver {report['device'].get('driver')}, "
+             f"{report['date']}, commit {report['commit']}", ""]
+    tests = report.get("tests")
+    if tests:
+        counts: dict[str, int] = {}
+        for t in tests["tests"]:
+            counts[t["outcome"]] = counts.get(t["outcome"], 0) + 1
+        lines.append(f"Tests (`pytest -m gpu {' '.join(tests.get('selection', ['tests']))}`): {counts}" + (" — CUT OFF by the time limit" if tests.get("cut_off")
+                                                                      else "") + f", {tests['seconds']} s")
+        for t in tests["tests"]:
+            if t["outcome"] not in ("passed", "skipped"):
+                lines.append(f"- {t['outcome']}: {t['name']} ({t['seconds']} s): {t['message'][:300]}")
+        lines += ["", "| expert | category | held-out | speedup | TFLOP/s | of speed of light | library |",
+                  "|---|---|---|---|---|---|---|"]
+        for e in tests.get("experts", []):
+            lines.append(f"| {e['task']} | {e['category']} | {'ok' if e['correct_heldout'] else e['correct_heldout']} | "
+                         f"{_f(e['speedup'], '.3f')} | {_f(e['tflops'], '.0f')} | {_f(e['sol_fraction'], '.0%')} | "
+                         f"{e.get('baseline') or '—'} |")
+    bench = (report.get("benchmark") or {}).get("batch", {}).get("summary")
+    if bench:
+        lines += ["", f"Benchmark ({bench.get('candidates')} GEMM candidates): {bench.get('wall_per_candidate_s')} s "
+                  f"per candidate (batch wall time), median GPU time {bench.get('median_gpu_s')} s, categories "
+                  f"{bench.get('categories')}; expert {bench.get('candidate_time_ms_median')} ms vs cuBLAS "
+                  f"{bench.get('baseline_ms_median')} ms (speedup {bench.get('speedup_median')})"]
+    return "\n".join(lines)
+
+
+def merge(args: argparse.Namespace) -> int:
+    merged: dict[str, Any] = {"parts": []}
+    for folder in args.dirs:
+        part = json.loads((Path(folder) / "gpu-suite.json").read_text())
+        for key, value in part.items():
+            if key == "parts":
+                merged["parts"] += value
+            elif key in ("tests", "benchmark") or key not in merged:
+                merged[key] = value
+    stamp = datetime.datetime.fromisoformat(merged["date"]).strftime("%Y%m%d-%H%M")
+    results = Path(args.results)
+    (results / f"gpu-suite-{stamp}.json").write_text(json.dumps(merged, indent=1, default=str) + "\n")
+    (results / f"gpu-suite-{stamp}.md").write_text(
+        summary_text(merged) + "\n\nMade by `python3 scripts/gpu_suite.py run` on the GPU machine "
+        f"(parts: {', '.join(merged['parts'])}); full figures in gpu-suite-{stamp}.json.\n")
+    print(results / f"gpu-suite-{stamp}.json")
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="scripts/gpu_suite.py")
+    sub = parser.add_subparsers(dest="verb", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ROOT / "results" / "gpu-suite")))
+    r.add_argument("--parts", default=",".join(PARTS))
+    r.add_argument("--n", type=int, default=100)
+    r.add_argument("--commit")
+    r.add_argument("--budget-s", type=float, default=560.0)
+    r.add_argument("--bench-s", type=float, default=120.0, help="time kept for the benchmark")
+    r.add_argument("--pytest", default="tests", help="what pytest collects (default: every GPU test in tests/)")
+    m = sub.add_parser("merge")
+    m.add_argument("dirs", nargs="+")
+    m.add_argument("--results", default=str(ROOT / "results"))
+    args = parser.parse_args()
+    return run(args) if args.verb == "run" else merge(args)
 
 
 if __name__ == "__main__":

@@ -310,7 +310,8 @@ class Session:
             checks=len(timed.checks), baseline_check=baseline_check, baseline_note=note,
             schedule={"warmup_rounds": timed.warmup_rounds, "reps": timed.reps, "sets": len(sets),
                       "rounds_per_set": [timed.order.count(k) for k in range(len(sets))],
-                      "checked": sorted((ch.phase, ch.round) for ch in timed.checks), "seed": f"{secret:016x}"},
+                      "checked": sorted((ch.phase, ch.round) for ch in timed.checks), "seed": f"{secret:016x}",
+                      "module_state": bench.module.state.describe()},
         )
         if timed.baseline is not None:
             b = timed.baseline
