@@ -118,7 +118,7 @@ class Module:
         self.raw = self._load()
         try:
             self.state = ModuleState(driver.CUmodule(int(self.raw.ptr)), self.cubin)
-        except (NotACubin, RuntimeError) as exc:
+        except NotACubin as exc:
             raise CudaFailure("load_error", f"reading the module's globals: {exc}", None, "load") from None
 
     def _load(self) -> Any:

@@ -5,14 +5,12 @@ keeps a result or sets a flag there could behave in the checked launches and
 cheat in the others. ptxas places every such variable in a writable data
 section of the cubin (`.nv.global` for zero-initialised ones, `.nv.global.init`
 for initialised ones). After the module is loaded, and before any launch, the
-harness copies each section's device image aside; before every run it copies
-it back, so every run starts from the loaded image.
-
-The device address of a section is found through one of its symbols
-(`cuModuleGetGlobal`: address of the symbol minus its offset in the section).
-If no symbol of a section can be resolved, or the cubin holds a writable
-section of a kind not known here, the only safe restore is to reload the
-module before every run; `ModuleState.needs_reload` says so.
+harness copies every variable of those sections aside (its address and size
+from `cuModuleGetGlobal`); before every run it copies them back, so every run
+starts from the loaded image. If a variable cannot be resolved or copied, or
+the cubin holds a writable section of a kind not known here, the only safe
+restore is to reload the module before every run; `ModuleState.needs_reload`
+says so.
 
 `data_sections` is plain Python (the ELF reader); the rest needs the driver.
 """
@@ -93,50 +91,62 @@ def data_sections(cubin: bytes) -> list[DataSection]:
 
 
 class ModuleState:
-    """The loaded images of a module's writable sections, and the copies that put them back."""
+    """The loaded image of every module variable, and the copies that put it back before a run."""
 
     def __init__(self, module_handle: object, cubin: bytes) -> None:
         import torch
         from cuda.bindings import driver
 
         self._driver = driver
-        self.regions: list[tuple[str, int, int]] = []       # (section, device address, bytes)
+        self.regions: list[tuple[str, int, int]] = []       # (variable, device address, bytes)
         self.needs_reload = False
         self.unresolved: list[str] = []
         for section in data_sections(cubin):
-            base = self._base(module_handle, section) if section.known else None
-            if base is None:
-                self.needs_reload = True
-                self.unresolved.append(section.name)
+            if not section.known or not section.symbols:
+                self._give_up(section.name)
                 continue
-            self.regions.append((section.name, base, section.size))
+            for sym in section.symbols:
+                found = self._resolve(module_handle, sym)
+                if found is None:
+                    self._give_up(sym.name)
+                    continue
+                self.regions.append((sym.name, *found))
         self._saved = [torch.empty(size, dtype=torch.uint8, device="cuda") for _, _, size in self.regions]
-        for (_, base, size), saved in zip(self.regions, self._saved):
-            self._copy(saved.data_ptr(), base, size, 0)
         torch.cuda.synchronize()
+        for (name, address, size), saved in zip(self.regions, self._saved):
+            if not self._copy(saved.data_ptr(), address, size, None):
+                self._give_up(name)
+        if self.needs_reload:
+            self.regions, self._saved = [], []
 
-    def _base(self, module_handle: object, section: DataSection) -> int | None:
-        """The section's device address, from the first of its symbols the driver resolves."""
-        for sym in sorted(section.symbols, key=lambda s: not s.is_global):
-            err, ptr, size = self._driver.cuModuleGetGlobal(module_handle, sym.name.encode())
-            if int(getattr(err, "value", err)) == 0 and int(size) >= sym.size:
-                return int(ptr) - sym.offset
-        return None
+    def _give_up(self, what: str) -> None:
+        self.needs_reload = True
+        self.unresolved.append(what)
 
-    def _copy(self, dst: int, src: int, size: int, stream: int) -> None:
-        err, = self._driver.cuMemcpyDtoDAsync(dst, src, size, self._driver.CUstream(stream))
-        if int(getattr(err, "value", err)) != 0:
-            raise RuntimeError(f"restoring module state: {err}")
+    def _resolve(self, module_handle: object, sym: Symbol) -> tuple[int, int] | None:
+        err, ptr, size = self._driver.cuModuleGetGlobal(module_handle, sym.name.encode())
+        if int(getattr(err, "value", err)) != 0 or int(size) < max(sym.size, 1):
+            return None
+        return int(ptr), int(size)
+
+    def _copy(self, dst: int, src: int, size: int, stream: int | None) -> bool:
+        d = self._driver
+        if stream is None:
+            err, = d.cuMemcpyDtoD(d.CUdeviceptr(dst), d.CUdeviceptr(src), size)
+        else:
+            err, = d.cuMemcpyDtoDAsync(d.CUdeviceptr(dst), d.CUdeviceptr(src), size, d.CUstream(stream))
+        return int(getattr(err, "value", err)) == 0
 
     @property
     def bytes(self) -> int:
         return sum(size for _, _, size in self.regions)
 
     def restore(self, stream_handle: int) -> None:
-        """Enqueue the copies that put every region back to its loaded image."""
-        for (_, base, size), saved in zip(self.regions, self._saved):
-            self._copy(base, saved.data_ptr(), size, stream_handle)
+        """Enqueue the copies that put every variable back to its loaded image."""
+        for (name, address, size), saved in zip(self.regions, self._saved):
+            if not self._copy(address, saved.data_ptr(), size, stream_handle):
+                raise RuntimeError(f"restoring the module variable {name!r} ({size} bytes) failed")
 
     def describe(self) -> dict[str, object]:
-        return {"regions": [{"section": n, "bytes": s} for n, _, s in self.regions],
-                "reload": self.needs_reload, "unresolved": self.unresolved}
+        return {"variables": len(self.regions), "bytes": self.bytes, "reload": self.needs_reload,
+                "unresolved": self.unresolved[:20]}

@@ -132,7 +132,7 @@ def test_executed_counts_tma_and_cluster_instructions(runner, data):
     report = j.evidence["executed"]
     assert report["opcodes"], report.get("tail")
     assert report["per_family"]["tma"] > 0 and report["per_family"]["cluster"] > 0, report
-    assert report["per_family"]["mbarrier"] > 0, report
+    assert report["per_family"]["mbarrier"] > 0, json.dumps(report["opcodes"])
     assert j.executed is True, report
 
 
