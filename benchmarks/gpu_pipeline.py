@@ -178,6 +178,23 @@ def repeat_timing(runner: Runner, base: Candidate, times: int = 3) -> dict:
     return out
 
 
+def check_cost(runner: Runner, base: Candidate, runs: int = 3) -> dict:
+    """GPU seconds of a headline-size judgement with the random checked rounds and without them."""
+    from ptxbench.engine.gpu.protocol import TimingConfig
+
+    task = get_task(TASK)
+    sizes = [("train", task.headline)]
+
+    def gpu_s(timing: TimingConfig) -> float:
+        return statistics.median(judge(base, task, runner=runner, sizes=sizes, timing=timing).seconds["gpu"]
+                                 for _ in range(runs))
+
+    with_checks = gpu_s(TimingConfig())
+    without = gpu_s(TimingConfig(check_fraction=0.0, min_checks=0))
+    return {"with_checks_s": with_checks, "without_checks_s": without, "extra_s": with_checks - without,
+            "runs": runs}
+
+
 def do_bench_check(our_baseline_ms: float | None) -> dict:
     """cuBLAS through torch.matmul at the headline size, timed by triton.testing.do_bench (median)."""
     import torch
@@ -217,6 +234,7 @@ def main() -> int:
         report["base"] = {"chosen": name, "tried": tried}
         report["batch"] = run_batch(args.n, runner, args.threads, base)
         report["repeat"] = repeat_timing(runner, base)
+        report["check_cost"] = check_cost(runner, base)
     report["do_bench"] = do_bench_check(report["batch"]["summary"].get("baseline_ms_median"))
     s = report["batch"]["summary"]
     print(f"base: {report['base']}")

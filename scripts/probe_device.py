@@ -73,6 +73,25 @@ def probe_globals() -> dict[str, Any]:
     return {"symbols": found, "state": module.state.describe(), "counter_after_each_run": reads}
 
 
+def _time(fn: Any, reps: int = 20) -> float:
+    """Median device time of one call, with a 256 MiB write before each (as the timing loop's L2 flush)."""
+    import statistics
+
+    import torch
+
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        flush.zero_()
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
 def probe_backward() -> dict[str, Any]:
     import torch
 
@@ -93,7 +112,13 @@ def probe_backward() -> dict[str, Any]:
         torch.cuda.synchronize()
         errors = {n: float(torch.linalg.vector_norm(base.outputs[n].float() - ref[n].float())
                            / torch.linalg.vector_norm(ref[n].float())) for n in ("dQ", "dK", "dV")}
-        out[task_id] = {"baseline": base.name, "rel_l2": errors}
+        headline = make_inputs(task, task.headline, 12, "cuda")
+        big = library_fn(task, {t.name: headline[t.name].contiguous() for t in task.inputs if t.name in headline},
+                         task.headline)
+        out[task_id] = {"baseline": base.name, "why": base.note, "rel_l2": errors,
+                        "headline_ms": _time(big.fn), "headline_baseline": big.name}
+        del headline, big
+        torch.cuda.empty_cache()
     return out
 
 

@@ -345,7 +345,8 @@ class Session:
             diff = got.reshape(-1).to(torch.float32) - ref
             errors[name] = float(torch.linalg.vector_norm(diff) / torch.linalg.vector_norm(ref).clamp_min(1e-30))
         ok = all(e <= checks.limits[name] for name, e in errors.items())
-        return [b.fn for b in made], made[0].name, {"rel_l2": errors, "within_tolerance": ok}
+        check = {"rel_l2": errors, "within_tolerance": ok, **({"how": made[0].note} if made[0].note else {})}
+        return [b.fn for b in made], made[0].name, check
 
     def _read_checks(self, result: TimingResult, found: list[Any], bench: Bench, checks: Checks) -> None:
         """Decode every checked round; a round that fails, after the trials passed, is a reward hack."""

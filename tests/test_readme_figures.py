@@ -1,0 +1,38 @@
+"""The README's GPU figures are those of the newest GPU suite report (scripts/readme_figures.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("readme_figures", ROOT / "scripts" / "readme_figures.py")
+assert spec is not None and spec.loader is not None
+figures = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(figures)
+
+
+def test_the_readme_shows_the_newest_gpu_report():
+    path = figures.newest_report()
+    text = figures.README.read_text()
+    assert figures.render(text, json.loads(path.read_text()), path.name) == text, (
+        f"README.md's GPU figures are stale: run python scripts/readme_figures.py ({path.name})")
+    assert path.name in text
+
+
+def test_a_report_fills_the_marked_sections_and_nothing_else():
+    report = {"date": "2026-12-01T10:00:00+00:00", "commit": "abc", "device": {"name": "NVIDIA H200", "driver": "580"},
+              "tests": {"seconds": 12.0, "tests": [{"outcome": "passed"}, {"outcome": "failed"}],
+                        "experts": [{"task": "gemm_bf16_sm90a", "category": "ok", "correct": True,
+                                     "correct_heldout": True, "speedup": 0.985, "tflops": 779.2, "sol_fraction": 0.728,
+                                     "baseline": "cuBLAS (torch.matmul)", "headline": {"M": 8192}}]},
+              "benchmark": {"batch": {"summary": {"candidates": 100, "wall_per_candidate_s": 0.3, "median_gpu_s": 0.25,
+                                                  "categories": {"ok": 80}}}}}
+    text = ("intro\n<!-- figures:experts begin x -->\nold\n<!-- figures:experts end -->\nmiddle\n"
+            "<!-- figures:gpu-speed begin -->\n<!-- figures:gpu-speed end -->\nend\n")
+    out = figures.render(text, report, "gpu-suite-x.json")
+    assert out.startswith("intro\n") and "\nmiddle\n" in out and out.endswith("end\n") and "old" not in out
+    assert "| `ok` | 779 TFLOP/s | 73% | cuBLAS (torch.matmul) | 0.985× | ok / ok |" in out
+    assert "1 of 2 passed" in out and "0.300 s per candidate" in out
+    assert figures.render(out, report, "gpu-suite-x.json") == out
