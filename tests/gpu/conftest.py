@@ -36,6 +36,13 @@ def runner():
     r.close()
 
 
+@pytest.fixture(scope="session")
+def cuda_here() -> None:
+    """Skips where there is no CUDA device, without starting a worker (for tests that run the CLI)."""
+    if not _has_cuda():
+        pytest.skip("no CUDA device")
+
+
 @pytest.fixture
 def data() -> Path:
     return DATA

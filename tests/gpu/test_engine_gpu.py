@@ -144,7 +144,7 @@ def _experts() -> list[str]:
 
 
 @pytest.mark.parametrize("task_id", _experts())
-def test_expert_solution_is_correct_and_timed(task_id):
+def test_expert_solution_is_correct_and_timed(task_id, cuda_here):
     """Each expert through `ptxbench check --json`, as a user runs it: correct on every train and held-out
     size, timed against its library, the library's own output checked. With PTXBENCH_SUITE_DIR set (the
     GPU suite, scripts/gpu_suite.py) the JSON is kept there for the report."""
