@@ -254,8 +254,12 @@ def quick_check(db: sqlite_utils.Database, path: Path | str = "the store") -> No
     except sqlite3.DatabaseError as exc:
         raise translate_error(exc, Path(path)) from None
     if rows != ["ok"]:
+        # One line a person can read: the first problems, without SQLite's "*** in database main ***" heading.
+        problems = [line.strip() for row in rows for line in str(row).splitlines()
+                    if line.strip() and not line.startswith("***")]
+        shown = "; ".join(problems[:2]) + (f"; {len(problems) - 2} more" if len(problems) > 2 else "")
         raise StoreDamaged(
-            f"the store {path} is damaged (SQLite integrity check: {'; '.join(rows)}); "
+            f"the store {path} is damaged (SQLite integrity check: {shown}); "
             "restore a backup (*.bak-v*) or move the file aside to start a new store"
         )
 

@@ -103,7 +103,7 @@ class PtxbenchApp(Labelling, App[int]):
         """True on a writable store; else say why `what` cannot happen here."""
         if self.reader.writable:
             return True
-        self.notify(f"This store is read-only ({self.reader.readonly_reason}): {what} cannot be saved.",
+        self.notify(f"This store is read-only ({self.reader.readonly_reason}), so {what} is off here.",
                     title="Read-only", severity="warning")
         return False
 
@@ -191,7 +191,7 @@ class PtxbenchApp(Labelling, App[int]):
 
     async def on_reverify(self, message: Reverify) -> None:
         """Re-verify in Live; more than one sample is said and asked first."""
-        if not self.can_write("re-verifying (new evaluations)"):
+        if not self.can_write("re-verifying"):
             return
         ids = message.sample_ids
         if len(ids) <= 1:

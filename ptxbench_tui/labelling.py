@@ -18,7 +18,7 @@ from textual import work
 
 from ptxbench.db import browse
 from ptxbench.db.records import Label
-from ptxbench.db.store import now_iso
+from ptxbench.db.store import StoreLocked, now_iso
 from ptxbench.db.writes import InvalidRecord, add_label
 from ptxbench.tui.messages import LabelSaved, LabelsFlushed, StoreFailed
 
@@ -51,11 +51,11 @@ class Labelling:
 
     # -- asking ------------------------------------------------------------------------
     def ask_label(self, sample_id: int) -> None:
-        if self.can_write("labels"):
+        if self.can_write("labelling"):
             self.load_label_context(sample_id)
 
     def toggle_fixit(self, sample_id: int) -> None:
-        if self.can_write("Fixit marks"):
+        if self.can_write("marking Fixit candidates"):
             self.flip_fixit(sample_id)
 
     @work(thread=True, group="labels", exit_on_error=False, description="current label")
@@ -130,7 +130,10 @@ class Labelling:
                 self.post_message(StoreFailed(f"label not saved ({item.describe()}): {exc}"))
                 self.post_message(LabelSaved(item.key, item.label.sample_id, ""))
                 continue
-            except Exception as exc:  # noqa: BLE001 - locked, damaged, gone: kept, and tried again
+            except StoreLocked:
+                self.post_message(LabelsFlushed(error="another writer holds the store"))
+                return
+            except Exception as exc:  # noqa: BLE001 - damaged, gone, …: kept, and tried again
                 self.post_message(LabelsFlushed(error=str(exc)))
                 return
             self.post_message(LabelSaved(item.key, item.label.sample_id, item.what))

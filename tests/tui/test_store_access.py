@@ -189,7 +189,7 @@ async def test_a_label_typed_while_the_store_is_locked_is_kept_and_saved_later(a
             await settle(pilot)
             await pilot.press(*"kept while locked", "enter")
             await until(pilot, lambda: app.store_notice[0].startswith("1 label not saved yet"))
-            assert "locked" in app.store_notice[0]
+            assert "another writer holds the store" in app.store_notice[0]
             assert app.screen.query_one(StoreBanner).display
             await pilot.press("l")  # the dialog shows what was typed, not what the store has
             await settle(pilot)
@@ -250,7 +250,7 @@ def test_a_store_on_read_only_media_opens_read_only_with_writing_off(store, tmp_
     assert got["notice"].startswith("Read-only:") and got["banner"]
     assert got["screen_after_l"] == got["screen_after_f"] == got["screen_after_r"] == got["screen_after_R"] == "SamplesScreen"
     refusals = [s for s in got["said"] if s.startswith("This store is read-only")]
-    assert len(refusals) == 4 and all("cannot be saved" in s for s in refusals)
+    assert len(refusals) == 4 and all(s.endswith("is off here.") for s in refusals)
     assert got["labels"] == 1 and got["failures"] == [] and got["damage"] is None
 
 
