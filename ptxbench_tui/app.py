@@ -100,11 +100,13 @@ def prepare_store(db: str | None) -> Path:
     from ptxbench.db.reader import prepare_store as prepare
 
     if db is None:
+        from ptxbench.db.access import store_access
         from ptxbench.db.seed import ensure_default_store
         from ptxbench.db.store import default_store_path
 
         path = default_store_path()
-        ensure_default_store(path).conn.close()
+        if not path.exists() or store_access(path).writable:  # a read-only one is read as it is, unseeded
+            ensure_default_store(path).conn.close()
     else:
         path = Path(db).expanduser()
         if not path.exists():

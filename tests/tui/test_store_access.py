@@ -276,3 +276,15 @@ def test_standard_input_at_end_of_file_exits_instead_of_spinning(store):
     result = run_tui("--db", str(store), timeout=30)
     assert result.returncode == 2 and "standard input is not a terminal" in result.stderr
     assert time.monotonic() - started < 30
+
+
+def test_a_default_store_on_read_only_media_is_read_as_it_is(store, tmp_path):
+    """Seeding writes; a default store that cannot be written is opened unseeded, not refused."""
+    media = tmp_path / "media"
+    media.mkdir()
+    (media / "store.sqlite").write_bytes(store.read_bytes())
+    argv = readonly_command(media, [sys.executable, "-m", "ptxbench.tui.app"])
+    result = subprocess.run(argv, env={**os.environ, "PTXBENCH_DB": str(media / "store.sqlite")},
+                            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    # The store was ready; only the missing terminal stopped it.
+    assert result.returncode == 2 and "standard input is not a terminal" in result.stderr, result.stderr
