@@ -5,38 +5,35 @@ thread that uses it (SQLite connections are bound to their thread) and
 returns dataclasses. Every value from the user is a bound parameter; column
 and table names come only from the fixed tables below.
 
-A sample's verdict is its *latest* evaluation (evaluations are append-only,
-so re-verifying adds a row and the newest one speaks for the sample). A
-person's triage is the newest row in `labels`, shown beside the automatic
-category, never instead of it.
+A sample's verdict is the evaluation that speaks for it under the rule of
+db/verdict.py (the most complete judgement of the newest engine version, or
+the newest row where the person asked for it); the other evaluations stay in
+its history. A person's triage is the newest row in `labels`, shown beside
+the automatic category, never instead of it.
+
+The explorer reads through `ptxbench.db.reader.StoreReader`; `connect()` is
+for scripts and tests.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import re
 import sqlite3
 import threading
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import sqlite_utils
-
-from ptxbench.db import queries
+from ptxbench.db import verdict
+from ptxbench.db.browse_sample import LEVEL, MODEL_ID, SampleDetail, fix_partner, load_json, sample_detail
 from ptxbench.db.queries import fts_query
-from ptxbench.db.records import Evaluation, Fix, Label, Measurement
-from ptxbench.db.store import StoreError, open_store
+from ptxbench.db.records import Evaluation
+from ptxbench.db.store import StoreError, connect_reader
 
-__all__ = ["StoreError", "connect", "fts_query"]  # and the queries below
+# SampleDetail, sample_detail and fix_partner live in browse_sample.py; the views read them from here.
+__all__ = ["Evaluation", "SampleDetail", "StoreError", "connect", "fix_partner", "fts_query", "sample_detail"]
 
-# The latest evaluation of `s`: the index on evaluations(sample_id) holds the
-# rowid, so this is one index probe per sample.
-LATEST_EVAL = "(SELECT MAX(id) FROM evaluations WHERE sample_id = s.id)"
-# A sample's model: its own, or its run's.
-MODEL_ID = "COALESCE(s.model_id, r.model_id)"
-LEVEL = "COALESCE(r.context_level, 'none')"
 # Uses what was asked: the SASS verdict where the engine made one (it implies
 # the PTX one), else the PTX verdict.
 USES = "COALESCE(e.uses_sass, e.uses_ptx)"
@@ -46,39 +43,27 @@ _local = threading.local()
 
 
 def connect(path: str | Path, *, cached: bool = True) -> sqlite3.Connection:
-    """A read-only connection for the calling thread (through the store's own
-    checks: a corrupt, foreign or too-new file is a `StoreError`).
-
-    Connections are cached per thread and path, so a worker pool reuses its
-    page cache between queries.
-    """
+    """A read-only connection for the calling thread, for scripts and tests (through
+    the store's own checks: a corrupt, foreign or too-new file is a `StoreError`).
+    With `cached` it is kept per thread and path and reused."""
     key = str(Path(path).resolve())
     pool: dict[str, sqlite3.Connection] = _local.__dict__.setdefault("pool", {})
     if cached and key in pool:
         return pool[key]
-    conn = open_store(key, readonly=True).conn
-    try:
-        conn.execute("SELECT ln(1.0)").fetchone()
-    except sqlite3.OperationalError:
-        # SQLite built without the math functions: supply the one we use.
-        conn.create_function("ln", 1, lambda x: math.log(x) if x and x > 0 else None, deterministic=True)
+    conn = connect_reader(Path(key))
     if cached:
         pool[key] = conn
     return conn
 
 
+def shown_join(conn: sqlite3.Connection) -> str:
+    """`LEFT JOIN evaluations e` on the evaluation that speaks for `s` (db/verdict.py)."""
+    return f" LEFT JOIN evaluations e ON e.id = {verdict.shown_for(conn)}"
+
+
 def close_thread_connections() -> None:
     for conn in _local.__dict__.pop("pool", {}).values():
         conn.close()
-
-
-def _json(text: str | None, default: Any) -> Any:
-    if not text:
-        return default
-    try:
-        return json.loads(text)
-    except (TypeError, ValueError):
-        return default
 
 
 # --------------------------------------------------------------------------- filters
@@ -213,12 +198,14 @@ def _where(flt: SampleFilter, fts: FtsTables) -> tuple[str, list[Any], bool]:
 
 _LATEST_LABEL_COL = "SELECT {col} FROM labels l WHERE l.sample_id = s.id ORDER BY l.id DESC LIMIT 1"
 
-_FROM = f"""
+def sample_from(conn: sqlite3.Connection) -> str:
+    """FROM samples `s` with its task `t`, run `r`, model `m` and shown evaluation `e`."""
+    return f"""
 FROM samples s
 JOIN tasks t ON t.id = s.task_id
 LEFT JOIN runs r ON r.id = s.run_id
 LEFT JOIN models m ON m.id = {MODEL_ID}
-LEFT JOIN evaluations e ON e.id = {LATEST_EVAL}
+{shown_join(conn)}
 """
 
 # --------------------------------------------------------------------------- samples
@@ -267,27 +254,27 @@ def sample_page(conn: sqlite3.Connection, flt: SampleFilter, offset: int = 0, li
     # Ids first, columns second: the planner then sorts bare ids, and the
     # per-row subqueries (latest evaluation, latest label) run for one page only.
     where, params, needs_eval = _where(flt, find_fts(conn))
-    joins = f" LEFT JOIN evaluations e ON e.id = {LATEST_EVAL}" if needs_eval else ""
+    joins = shown_join(conn) if needs_eval else ""
     ids = [r[0] for r in conn.execute(
         f"SELECT s.id FROM samples s{joins}{where} ORDER BY s.id DESC LIMIT ? OFFSET ?", [*params, limit, offset]
     )]
     if not ids:
         return Page(rows=[], offset=offset, limit=limit)
     marks = ",".join("?" * len(ids))
-    rows = conn.execute(f"{_SAMPLE_COLUMNS} {_FROM} WHERE s.id IN ({marks}) ORDER BY s.id DESC", ids).fetchall()
+    rows = conn.execute(f"{_SAMPLE_COLUMNS} {sample_from(conn)} WHERE s.id IN ({marks}) ORDER BY s.id DESC", ids).fetchall()
     return Page(rows=[_sample_row(r) for r in rows], offset=offset, limit=limit)
 
 
 def sample_count(conn: sqlite3.Connection, flt: SampleFilter) -> int:
     where, params, needs_eval = _where(flt, find_fts(conn))
-    joins = f" LEFT JOIN evaluations e ON e.id = {LATEST_EVAL}" if needs_eval else ""
+    joins = shown_join(conn) if needs_eval else ""
     return conn.execute(f"SELECT COUNT(*) FROM samples s{joins}{where}", params).fetchone()[0]
 
 
 def sample_ids(conn: sqlite3.Connection, flt: SampleFilter, limit: int = 10_000) -> list[int]:
     """The ids a filter selects (for batch re-verification), newest first."""
     where, params, needs_eval = _where(flt, find_fts(conn))
-    joins = f" LEFT JOIN evaluations e ON e.id = {LATEST_EVAL}" if needs_eval else ""
+    joins = shown_join(conn) if needs_eval else ""
     rows = conn.execute(f"SELECT s.id FROM samples s{joins}{where} ORDER BY s.id DESC LIMIT ?", [*params, limit])
     return [r[0] for r in rows]
 
@@ -323,7 +310,7 @@ def tasks(conn: sqlite3.Connection) -> list[TaskRow]:
                     (SELECT COUNT(*) FROM samples s WHERE s.task_id = t.id)
              FROM tasks t ORDER BY t.arch, t.id"""
     return [
-        TaskRow(r[0], r[1], r[2], r[3], _json(r[4], []), _json(r[5], {}), r[6], r[7], r[8])
+        TaskRow(r[0], r[1], r[2], r[3], load_json(r[4], []), load_json(r[5], {}), r[6], r[7], r[8])
         for r in conn.execute(sql)
     ]
 
@@ -339,84 +326,6 @@ def expert_sample_id(conn: sqlite3.Connection, task_id: str) -> int | None:
            ORDER BY s.id DESC LIMIT 1""",
         (task_id,),
     ).fetchone()
-    return row[0] if row else None
-
-
-# --------------------------------------------------------------------------- one sample
-
-
-@dataclass(frozen=True)
-class SampleDetail:
-    """A sample with its judgements, labels and fixes (records from db/records.py)."""
-
-    id: int
-    task_id: str
-    arch: str
-    families: list[str]
-    model: str
-    context_level: str
-    turn: int
-    parent_id: int | None
-    language: str
-    code: str
-    manifest: str | None
-    source: str
-    evaluations: list[Evaluation]  # newest first
-    measurements: list[Measurement]  # of the newest evaluation
-    labels: list[Label]  # newest first
-    fixes: list[Fix] = field(default_factory=list)
-
-    @property
-    def latest(self) -> Evaluation | None:
-        return self.evaluations[0] if self.evaluations else None
-
-    @property
-    def label(self) -> Label | None:
-        return self.labels[0] if self.labels else None
-
-    @property
-    def ptx(self) -> str:
-        """The PTX judged (nvcc's output for CUDA candidates), else the code itself."""
-        latest = self.latest
-        if latest and latest.ptx:
-            return latest.ptx
-        return self.code
-
-
-def sample_detail(conn: sqlite3.Connection, sample_id: int) -> SampleDetail | None:
-    row = conn.execute(
-        f"""SELECT s.id, s.task_id, t.arch, t.families, COALESCE(m.name, '?'), {LEVEL}, s.turn, s.parent_id,
-                   s.language, s.code, s.manifest, s.source
-            FROM samples s JOIN tasks t ON t.id = s.task_id
-            LEFT JOIN runs r ON r.id = s.run_id LEFT JOIN models m ON m.id = {MODEL_ID}
-            WHERE s.id = ?""",
-        (sample_id,),
-    ).fetchone()
-    if row is None:
-        return None
-    db = sqlite_utils.Database(conn, execute_plugins=False)
-    evaluations = queries.evaluations_for(db, sample_id)
-    measurements = queries.measurements_for(db, evaluations[0].id) if evaluations else []
-    return SampleDetail(
-        row[0], row[1], row[2], _json(row[3], []), row[4], row[5], row[6], row[7], row[8], row[9], row[10], row[11],
-        evaluations, sorted(measurements, key=lambda m: (m.split != "train", m.id or 0)),
-        queries.labels_for(db, sample_id), queries.fixes_for(db, sample_id),
-    )
-
-
-def fix_partner(conn: sqlite3.Connection, sample_id: int) -> int | None:
-    """The sample to diff against: its fix (or the sample it fixes), else the turn it follows, else the turn that follows it."""
-    row = conn.execute(
-        """SELECT CASE WHEN failed_sample_id = ? THEN fixed_sample_id ELSE failed_sample_id END
-           FROM fixes WHERE failed_sample_id = ? OR fixed_sample_id = ? ORDER BY id LIMIT 1""",
-        (sample_id, sample_id, sample_id),
-    ).fetchone()
-    if row:
-        return row[0]
-    row = conn.execute("SELECT parent_id FROM samples WHERE id = ?", (sample_id,)).fetchone()
-    if row and row[0]:
-        return row[0]
-    row = conn.execute("SELECT id FROM samples WHERE parent_id = ? ORDER BY id LIMIT 1", (sample_id,)).fetchone()
     return row[0] if row else None
 
 
@@ -447,7 +356,7 @@ def compare(conn: sqlite3.Connection, task_id: str, context_level: str = "") -> 
     sql = f"""
     SELECT COALESCE(m.name, '?') AS model, s.id, e.category, e.speedup, e.time_ms, e.resources,
            e.ptx_families, e.sass_families, e.correct, e.status
-    {_FROM} WHERE s.task_id = ?{level_clause}
+    {sample_from(conn)} WHERE s.task_id = ?{level_clause}
     ORDER BY model, (e.correct = 1) DESC, e.speedup DESC, s.id DESC
     """
     best: dict[str, ModelBest] = {}
@@ -458,7 +367,7 @@ def compare(conn: sqlite3.Connection, task_id: str, context_level: str = "") -> 
             tally[0] += 1
             tally[1] += 1 if correct == 1 else 0
         if model not in best:
-            best[model] = ModelBest(model, sid, 0, cat, speed, t_ms, _json(res, {}), _json(pf, []), _json(sf, []), None)
+            best[model] = ModelBest(model, sid, 0, cat, speed, t_ms, load_json(res, {}), load_json(pf, []), load_json(sf, []), None)
     out = []
     for model, mb in best.items():
         judged, correct = totals[model]

@@ -9,11 +9,14 @@ in db/metrics.py.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import sqlite3
 from dataclasses import dataclass
 
-from ptxbench.db.browse import _FROM, LATEST_EVAL, SKIPPED, USES, SampleFilter
+from ptxbench.db import verdict
+from ptxbench.db.browse import SKIPPED, USES, SampleFilter, sample_from, shown_join
 from ptxbench.engine.categories import STAGE_OF
 
 def _categories_of(stages: tuple[str, ...]) -> str:
@@ -66,7 +69,7 @@ def cells(conn: sqlite3.Connection) -> list[Cell]:
            MAX(CASE WHEN e.correct = 1 THEN e.speedup END),
            SUM(CASE WHEN e.correct = 1 AND e.speedup > 0 THEN ln(e.speedup) END),
            SUM(e.correct = 1 AND e.speedup > 0)
-    FROM samples s LEFT JOIN evaluations e ON e.id = {LATEST_EVAL}
+    FROM samples s{shown_join(conn)}
     GROUP BY s.model_id, s.run_id, s.task_id, e.category
     """
     merged: dict[tuple, list] = {}
@@ -89,6 +92,30 @@ def cells(conn: sqlite3.Connection) -> list[Cell]:
         acc[7] += logsum
         acc[8] += logn
     return [Cell(*key, *vals) for key, vals in sorted(merged.items(), key=lambda kv: tuple(str(k) for k in kv[0]))]
+
+
+# Bumped when the cells change meaning (2: the evaluation rule of db/verdict.py).
+SUMMARY_VERSION = 2
+
+
+def fingerprint(conn: sqlite3.Connection) -> list:
+    """What the cells depend on, cheaply: row counts and highest ids of samples and
+    evaluations (evaluations are append-only), a digest of the small tables, and the
+    rule in force. Equal fingerprints, equal cells."""
+    row = conn.execute(
+        """SELECT (SELECT COUNT(*) FROM samples), (SELECT MAX(id) FROM samples),
+                  (SELECT COUNT(*) FROM evaluations), (SELECT MAX(id) FROM evaluations)"""
+    ).fetchone()
+    small = hashlib.sha256()
+    for sql in ("SELECT id, model_id, context_level FROM runs ORDER BY id", "SELECT id, name FROM models ORDER BY id",
+                "SELECT id, arch FROM tasks ORDER BY id"):
+        small.update(json.dumps(conn.execute(sql).fetchall()).encode())
+    return [SUMMARY_VERSION, verdict.newest_of(conn), *row, small.hexdigest()]
+
+
+def snapshot(conn: sqlite3.Connection) -> tuple[list, list[Cell], Facets]:
+    """Fingerprint, cells and facets; read in one snapshot (StoreReader.read) they agree."""
+    return fingerprint(conn), cells(conn), facets(conn)
 
 
 @dataclass(frozen=True)
@@ -229,7 +256,7 @@ def plot_data(conn: sqlite3.Connection, all_cells: list[Cell], task_id: str = ""
     task_clause, params = ("", []) if not task_id else (" AND s.task_id = ?", [task_id])
     speedups: dict[str, list[float]] = {}
     for model, speed in conn.execute(
-        f"SELECT COALESCE(m.name, '?'), e.speedup {_FROM} WHERE e.correct = 1 AND e.speedup > 0{task_clause}", params
+        f"SELECT COALESCE(m.name, '?'), e.speedup {sample_from(conn)} WHERE e.correct = 1 AND e.speedup > 0{task_clause}", params
     ):
         speedups.setdefault(model, []).append(speed)
     by_level: dict[str, dict[str, tuple[float, float, float]]] = {}
@@ -247,7 +274,7 @@ def plot_data(conn: sqlite3.Connection, all_cells: list[Cell], task_id: str = ""
     by_split: dict[str, dict[str, float]] = {}
     for model, split, ok, n in conn.execute(
         f"""SELECT COALESCE(m.name, '?'), ms.split, SUM(ms.category = 'ok'), COUNT(*)
-            {_FROM} JOIN measurements ms ON ms.evaluation_id = e.id WHERE 1 = 1{task_clause}
+            {sample_from(conn)} JOIN measurements ms ON ms.evaluation_id = e.id WHERE 1 = 1{task_clause}
             GROUP BY 1, 2""",
         params,
     ):

@@ -1,10 +1,11 @@
-"""The store's side of Fixit: samples with their latest verdicts, stored fix pairs,
+"""The store's side of Fixit: samples with their verdicts, stored fix pairs,
 explanations, and the statistics the explorer shows.
 
 Every function takes a `sqlite_utils.Database` or a plain `sqlite3.Connection`
 (the explorer's read-only, per-thread connections), and returns the records of
-`ptxbench.engine.fixit` or small row dataclasses. A sample speaks through its
-latest evaluation (the newest row); a person's label is read beside it.
+`ptxbench.engine.fixit` or small row dataclasses. A sample speaks through the
+evaluation db/verdict.py picks (a static-only re-check never hides its GPU
+verdict); a person's label is read beside it.
 
 A pair is stored as a `fixes` row. A second explanation of the same pair (a
 model's, after the derived one) is another row for the same two samples, so
@@ -24,6 +25,7 @@ from typing import Any
 
 import sqlite_utils
 
+from ptxbench.db import verdict
 from ptxbench.db.records import Fix
 from ptxbench.db.store import get_meta, set_meta, write_transaction
 from ptxbench.db.writes import add_fix
@@ -67,7 +69,7 @@ FROM samples s
 LEFT JOIN runs r ON r.id = s.run_id
 LEFT JOIN models m ON m.id = COALESCE(s.model_id, r.model_id)
 LEFT JOIN tasks t ON t.id = s.task_id
-LEFT JOIN evaluations e ON e.id = (SELECT MAX(id) FROM evaluations WHERE sample_id = s.id)
+LEFT JOIN evaluations e ON e.id = {shown}
 """
 
 
@@ -93,13 +95,13 @@ def load_samples(
     include_code: bool = True,
     with_sizes: bool = True,
 ) -> list[FixitSample]:
-    """Samples with their latest evaluation, label and (with `with_sizes`) that evaluation's
+    """Samples with their shown evaluation, label and (with `with_sizes`) that evaluation's
     per-size results. `models` keeps those samples and every expert sample (the experts are
     fixes for everyone)."""
     conn = _conn(db)
     sql = _SAMPLE_SQL.format(code="s.code" if include_code else "''",
                              response="s.response" if include_code else "NULL",
-                             log="e.assembler_log" if include_code else "NULL")
+                             log="e.assembler_log" if include_code else "NULL", shown=verdict.shown_for(conn))
     where: list[str] = []
     params: list[Any] = []
     if task_ids:
@@ -172,7 +174,7 @@ def _preferred(rows: list[_FixRow]) -> _FixRow:
 
 
 def stored_pairs(db: Store, *, task_ids: Sequence[str] | None = None, include_code: bool = True) -> list[Pair]:
-    """Every stored pair once, with its preferred explanation and its samples' latest verdicts."""
+    """Every stored pair once, with its preferred explanation and its samples' shown verdicts."""
     conn = _conn(db)
     grouped: dict[tuple[int, int], list[_FixRow]] = defaultdict(list)
     for row in _fix_rows(conn, task_ids):
@@ -378,8 +380,7 @@ def fixit_stats(db: Store) -> dict[str, Any]:
         return dict(sorted(Counter(items).items(), key=lambda kv: (-kv[1], kv[0])))
 
     failed_total = conn.execute(
-        """SELECT COUNT(*) FROM samples s JOIN evaluations e ON e.id = (SELECT MAX(id) FROM evaluations
-           WHERE sample_id = s.id)
+        f"""SELECT COUNT(*) FROM samples s JOIN evaluations e ON e.id = {verdict.shown_for(conn)}
            LEFT JOIN runs r ON r.id = s.run_id
            LEFT JOIN models m ON m.id = COALESCE(s.model_id, r.model_id)
            WHERE COALESCE(m.kind, '') != 'expert' AND e.category NOT LIKE 'skipped:%'

@@ -2,7 +2,8 @@
 
 The unit is a *trajectory*: a first-turn sample and the turns that follow it
 (`parent_id` chains). A single-turn sample is a trajectory of one. Each sample
-speaks through its latest evaluation; samples never judged are left out.
+speaks through the evaluation db/verdict.py picks (its most complete
+judgement of the newest engine version); samples never judged are left out.
 
 Within a turn budget T a trajectory has a property if any of its first T
 turns has it (T = None: all its turns). Its speedup is the best speedup of its
@@ -32,6 +33,7 @@ from typing import Any
 
 import sqlite_utils
 
+from ptxbench.db import verdict
 from ptxbench.engine.categories import STAGE_OF
 
 FAST_P: tuple[float, ...] = (0.0, 1.0, 1.5)
@@ -216,7 +218,7 @@ def _load(
         JOIN tasks t ON t.id = s.task_id
         LEFT JOIN runs r ON r.id = s.run_id
         LEFT JOIN models m ON m.id = COALESCE(s.model_id, r.model_id)
-        LEFT JOIN evaluations e ON e.id = (SELECT MAX(id) FROM evaluations WHERE sample_id = s.id)
+        LEFT JOIN evaluations e ON e.id = {verdict.shown_for(db)}
         {where}
         ORDER BY s.id
         """,
@@ -226,9 +228,9 @@ def _load(
         return []
     heldout: dict[int, list[float]] = defaultdict(list)
     for eval_id, speed in db.execute(
-        """
+        f"""
         SELECT me.evaluation_id, me.speedup FROM measurements me
-        JOIN (SELECT MAX(id) AS id FROM evaluations GROUP BY sample_id) latest ON latest.id = me.evaluation_id
+        JOIN (SELECT {verdict.shown_for(db)} AS id FROM samples s) shown ON shown.id = me.evaluation_id
         WHERE me.split = 'heldout' AND me.speedup > 0
         """
     ):

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import sqlite_utils
 
+from ptxbench.db import verdict
 from ptxbench.db.records import Evaluation, Fix, Label, Measurement, Model, Record, Run, Sample, Task, from_row
 
 R = TypeVar("R", bound=Record)
@@ -68,8 +69,16 @@ def find_sample(
 
 
 def latest_evaluation(db: sqlite_utils.Database, sample_id: int) -> Evaluation | None:
-    """The newest judgement of a sample: it speaks for the sample (older ones stay as history)."""
+    """The newest judgement of a sample (the one just made, for a run's feedback). The one
+    that speaks for the sample in views and counts is `shown_evaluation`."""
     return _one(db, Evaluation, "SELECT * FROM evaluations WHERE sample_id = ? ORDER BY id DESC LIMIT 1", [sample_id])
+
+
+def shown_evaluation(db: sqlite_utils.Database, sample_id: int) -> Evaluation | None:
+    """The judgement that speaks for a sample under db/verdict.py's rule (older and
+    shallower ones stay as history)."""
+    return _one(db, Evaluation, f"SELECT * FROM evaluations WHERE id = {verdict.shown_for(db, ':sample_id')}",
+                {"sample_id": sample_id})
 
 
 def evaluations_for(db: sqlite_utils.Database, sample_id: int) -> list[Evaluation]:

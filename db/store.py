@@ -8,12 +8,17 @@ its own transaction, after a backup copy of the store is taken.
 
 Every failure a person can cause or meet (a file that is not a store, a
 corrupt file, a store held by another writer, a store written by a newer
-PTXBench) is a `StoreError` with a message that says what to do.
+PTXBench, a store on read-only media opened for writing) is a `StoreError`
+with a message that says what to do.
+
+The store file is never opened with Python's `open()` (db/access.py says
+why): what kind of file it is, SQLite itself says when it first reads it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 import sqlite3
@@ -24,15 +29,14 @@ from pathlib import Path
 
 import sqlite_utils
 
+from ptxbench.db.access import StoreError, check_file, reader_uri, store_access
+
+__all__ = ["StoreError", "StoreLocked", "StoreDamaged", "StoreReadOnly", "SchemaTooNew", "open_store"]  # and the rest
+
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 ENV_VAR = "PTXBENCH_DB"
 DEFAULT_TIMEOUT_S = 5.0
-_SQLITE_MAGIC = b"SQLite format 3\x00"
 _MIGRATION_NAME = re.compile(r"^(\d{4})_[A-Za-z0-9_]+\.sql$")
-
-
-class StoreError(Exception):
-    """The store cannot be used as asked; the message says why and what to do."""
 
 
 class StoreLocked(StoreError):
@@ -41,6 +45,14 @@ class StoreLocked(StoreError):
 
 class SchemaTooNew(StoreError):
     """The store was written by a newer PTXBench than this one."""
+
+
+class StoreDamaged(StoreError):
+    """SQLite found the file damaged (malformed pages, a broken header)."""
+
+
+class StoreReadOnly(StoreError):
+    """The store cannot be written here (read-only media, file or folder)."""
 
 
 @dataclass(frozen=True)
@@ -111,36 +123,41 @@ def open_store(
     timeout: float = DEFAULT_TIMEOUT_S,
     migrate: bool = True,
     check: bool = False,
+    create: bool = True,
 ) -> sqlite_utils.Database:
     """Open (and for writers create and migrate) a store.
 
     `path` None means `default_store_path()`. A writer brings the schema up to
     date (backing the file up first); a reader (`readonly=True`) never writes
-    and refuses a store whose schema differs from this code's. `check=True`
-    runs `PRAGMA quick_check` first (it reads the whole file; migrating an
-    existing store always does it).
+    and refuses a store whose schema differs from this code's; on read-only
+    media it reads the file as it is. `check=True` runs `PRAGMA quick_check`
+    first (it reads the whole file; migrating an existing store always does
+    it). `create=False` refuses a missing or empty file instead of making a
+    new store of it (a path a person named must already be a store).
     """
     path = Path(path) if path is not None else default_store_path()
-    _check_file(path, must_exist=readonly)
-    conn = _connect(path, readonly=readonly, timeout=timeout)
+    if readonly:
+        conn = connect_reader(path, timeout=timeout, create=create)
+        db = sqlite_utils.Database(conn, execute_plugins=False)
+        if check:
+            try:
+                quick_check(db, path)
+            except BaseException:
+                conn.close()
+                raise
+        return db
+    check_file(path, must_exist=False, create=create)
+    if path.exists():
+        access = store_access(path)
+        if not access.writable:
+            raise StoreReadOnly(f"the store {path} cannot be written: {access.reason}")
+    conn = _connect(path, readonly=False, timeout=timeout)
     try:
         db = sqlite_utils.Database(conn, execute_plugins=False)
         version = _read_version(db, path)
         if check:
             quick_check(db, path)
-        known = latest_version()
-        if version > known:
-            raise SchemaTooNew(
-                f"the store {path} has schema version {version}, newer than this PTXBench knows "
-                f"(up to {known}); upgrade PTXBench to open it"
-            )
-        if readonly:
-            if version < known:
-                raise StoreError(
-                    f"the store {path} has schema version {version} and this PTXBench needs {known}; "
-                    "open it once for writing (for example `ptxbench tasks`) to upgrade it"
-                )
-            return db
+        _refuse_newer(version, path)
         _configure_writer(db, path)
         if migrate:
             migrate_store(db, path=path)
@@ -150,31 +167,53 @@ def open_store(
         raise
 
 
-def _check_file(path: Path, *, must_exist: bool) -> None:
-    if path.is_dir():
-        raise StoreError(f"{path} is a folder, not a store file")
-    if not path.exists():
-        if must_exist:
-            raise StoreError(f"no store at {path}")
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise StoreError(f"cannot create the folder for the store {path}: {exc.strerror or exc}") from None
-        return
+def connect_reader(
+    path: Path,
+    *,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    create: bool = True,
+    factory: type[sqlite3.Connection] = sqlite3.Connection,
+    shared: bool = False,
+) -> sqlite3.Connection:
+    """A read-only connection to an existing store of this code's schema (`mode=ro`;
+    `immutable=1` on read-only media with no WAL left to read). `shared` lets the
+    connection move between threads, for a pool that lends it to one thread at a time."""
+    check_file(path, must_exist=True, create=create)
+    conn = _connect(path, readonly=True, timeout=timeout, factory=factory, shared=shared)
     try:
-        with path.open("rb") as f:
-            head = f.read(len(_SQLITE_MAGIC))
-    except OSError as exc:
-        raise StoreError(f"cannot read the store {path}: {exc.strerror or exc}") from None
-    # An empty file is a new database to SQLite; anything else must carry the header.
-    if head and head != _SQLITE_MAGIC:
-        raise StoreError(f"{path} is not a PTXBench store: the file is not an SQLite database")
+        version = _read_version(sqlite_utils.Database(conn, execute_plugins=False), path)
+        _refuse_newer(version, path)
+        if version < latest_version():
+            raise StoreError(
+                f"the store {path} has schema version {version} and this PTXBench needs {latest_version()}; "
+                "open it once for writing (for example `ptxbench tasks`) to upgrade it"
+            )
+        try:
+            conn.execute("SELECT ln(1.0)").fetchone()
+        except sqlite3.OperationalError:
+            # SQLite built without the math functions: supply the one the summaries use.
+            conn.create_function("ln", 1, lambda x: math.log(x) if x and x > 0 else None, deterministic=True)
+        return conn
+    except BaseException:
+        conn.close()
+        raise
 
 
-def _connect(path: Path, *, readonly: bool, timeout: float) -> sqlite3.Connection:
+def _refuse_newer(version: int, path: Path) -> None:
+    known = latest_version()
+    if version > known:
+        raise SchemaTooNew(
+            f"the store {path} has schema version {version}, newer than this PTXBench knows "
+            f"(up to {known}); upgrade PTXBench to open it"
+        )
+
+
+def _connect(path: Path, *, readonly: bool, timeout: float, factory: type[sqlite3.Connection] = sqlite3.Connection,
+             shared: bool = False) -> sqlite3.Connection:
     try:
         if readonly:
-            conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=timeout)
+            conn = sqlite3.connect(reader_uri(path, store_access(path)), uri=True, timeout=timeout,
+                                   factory=factory, check_same_thread=not shared)
             conn.execute("PRAGMA query_only = ON")
         else:
             conn = sqlite3.connect(str(path), timeout=timeout)
@@ -190,7 +229,7 @@ def _read_version(db: sqlite_utils.Database, path: Path) -> int:
         version = db.execute("PRAGMA user_version").fetchone()[0]
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     except sqlite3.DatabaseError as exc:
-        raise _translate(exc, path) from None
+        raise translate_error(exc, path) from None
     if version == 0 and tables and "samples" not in tables:
         shown = ", ".join(sorted(tables)[:5])
         raise StoreError(f"{path} is an SQLite database but not a PTXBench store (it holds tables: {shown})")
@@ -203,7 +242,7 @@ def _configure_writer(db: sqlite_utils.Database, path: Path) -> None:
         # In WAL mode NORMAL never corrupts; it can only lose the last commits on power loss.
         db.execute("PRAGMA synchronous = NORMAL")
     except sqlite3.DatabaseError as exc:
-        raise _translate(exc, path) from None
+        raise translate_error(exc, path) from None
     if str(mode).lower() != "wal":
         raise StoreError(f"the store {path} could not be switched to WAL mode (journal mode is {mode})")
 
@@ -213,15 +252,20 @@ def quick_check(db: sqlite_utils.Database, path: Path | str = "the store") -> No
     try:
         rows = [r[0] for r in db.execute("PRAGMA quick_check(5)")]
     except sqlite3.DatabaseError as exc:
-        raise _translate(exc, Path(path)) from None
+        raise translate_error(exc, Path(path)) from None
     if rows != ["ok"]:
-        raise StoreError(
-            f"the store {path} is damaged (SQLite integrity check: {'; '.join(rows)}); "
+        # One line a person can read: the first problems, without SQLite's "*** in database main ***" heading.
+        problems = [line.strip() for row in rows for line in str(row).splitlines()
+                    if line.strip() and not line.startswith("***")]
+        shown = "; ".join(problems[:2]) + (f"; {len(problems) - 2} more" if len(problems) > 2 else "")
+        raise StoreDamaged(
+            f"the store {path} is damaged (SQLite integrity check: {shown}); "
             "restore a backup (*.bak-v*) or move the file aside to start a new store"
         )
 
 
-def _translate(exc: sqlite3.Error, path: Path) -> StoreError:
+def translate_error(exc: sqlite3.Error, path: Path) -> StoreError:
+    """The StoreError a person reads for an SQLite error on the store at `path`."""
     msg = str(exc)
     low = msg.lower()
     if "locked" in low or "busy" in low:
@@ -230,13 +274,13 @@ def _translate(exc: sqlite3.Error, path: Path) -> StoreError:
             "close the other PTXBench process or try again"
         )
     if "not a database" in low:
-        return StoreError(f"{path} is not a PTXBench store: {msg}")
+        return StoreError(f"{path} is not a PTXBench store: the file is not an SQLite database")
     if "malformed" in low or "corrupt" in low:
-        return StoreError(
+        return StoreDamaged(
             f"the store {path} is damaged ({msg}); restore a backup (*.bak-v*) or move the file aside"
         )
     if "readonly" in low or "read-only" in low:
-        return StoreError(f"the store {path} cannot be written ({msg})")
+        return StoreReadOnly(f"the store {path} cannot be written ({msg})")
     return StoreError(f"store error in {path}: {msg}")
 
 
@@ -255,7 +299,7 @@ def write_transaction(db: sqlite_utils.Database) -> Iterator[sqlite_utils.Databa
     try:
         db.conn.execute("BEGIN IMMEDIATE")
     except sqlite3.OperationalError as exc:
-        raise _translate(exc, _db_path(db)) from None
+        raise translate_error(exc, _db_path(db)) from None
     try:
         yield db
     except BaseException:
@@ -267,7 +311,7 @@ def write_transaction(db: sqlite_utils.Database) -> Iterator[sqlite_utils.Databa
     except sqlite3.OperationalError as exc:
         if db.conn.in_transaction:
             db.conn.execute("ROLLBACK")
-        raise _translate(exc, _db_path(db)) from None
+        raise translate_error(exc, _db_path(db)) from None
 
 
 def _db_path(db: sqlite_utils.Database) -> Path:

@@ -3,24 +3,32 @@
 This module stays light: the store is opened and its summary query started
 in a thread before Textual and the views are imported, so the query and the
 imports overlap and the overview paints sooner.
+
+The store a person names is checked and migrated once, before any
+connection of this process exists (db/reader.py `prepare_store`); from then
+on one StoreReader owns every connection and is handed to the app.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ptxbench.db.reader import StoreReader
 from ptxbench.db.store import StoreError
+
 DEFAULT_THEME = "ptxbench"  # themes/ptxbench.py; not imported here, it pulls in Textual
 
 if TYPE_CHECKING:
     from ptxbench.tui.application import PtxbenchApp
 
 EXIT_STORE = 2
+EXIT_USAGE = 2  # argparse's code for a bad command line
 
 
 class Prefetch:
@@ -29,8 +37,8 @@ class Prefetch:
     A summary saved by an earlier start (summary_cache.py) is offered when the
     store has not changed; the app then re-reads it after the first paint."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, reader: StoreReader) -> None:
+        self.reader = reader
         self.cached: tuple | None = None
         self.fresh: tuple | None = None
         self.error: Exception | None = None
@@ -41,9 +49,9 @@ class Prefetch:
         from ptxbench.tui import summary_cache
 
         try:
-            self.cached = summary_cache.cached(self.path)
+            self.cached = summary_cache.cached(self.reader)
             if self.cached is None:
-                self.fresh = summary_cache.compute(self.path)
+                self.fresh = summary_cache.compute(self.reader)
         except Exception as exc:  # noqa: BLE001 - handed to the app, which shows it
             self.error = exc
 
@@ -65,8 +73,10 @@ def make_app(
     keymap: dict[str, str] | None = None,
     gpu_lock_dir: Path | None = None,
     prefetch: Prefetch | None = None,
+    reader: StoreReader | None = None,
 ) -> "PtxbenchApp":
-    """The app over an existing store; tests hand in a small store and an engine command."""
+    """The app over an existing store; tests hand in a small store and an engine command.
+    `reader` (made from `db_path` when not given) is the app's only way into the store."""
     from ptxbench.tui.application import PtxbenchApp
     from ptxbench.tui.config import Config, default_engine_cmd
 
@@ -78,34 +88,30 @@ def make_app(
             keymap=keymap or {},
             gpu_lock_dir=gpu_lock_dir,
         ),
+        reader=reader or (prefetch.reader if prefetch else None),
         prefetch=prefetch,
     )
 
 
 def prepare_store(db: str | None) -> Path:
-    """The store to open, migrated (after a backup) when it is older; the default
-    store is created and seeded on first start. StoreError says what is wrong."""
-    from ptxbench.db.store import open_store
+    """The store to open, migrated (after a backup) when it is older and writable; the
+    default store is created and seeded on first start. A missing, empty, foreign or
+    damaged file is a StoreError that says what is wrong."""
+    from ptxbench.db.reader import prepare_store as prepare
 
     if db is None:
+        from ptxbench.db.access import store_access
         from ptxbench.db.seed import ensure_default_store
         from ptxbench.db.store import default_store_path
 
         path = default_store_path()
-        handle = ensure_default_store(path)
+        if not path.exists() or store_access(path).writable:  # a read-only one is read as it is, unseeded
+            ensure_default_store(path).conn.close()
     else:
         path = Path(db).expanduser()
         if not path.exists():
             raise StoreError(f"no store at {path} (leave out --db to use the default store)")
-        handle = open_store(path, timeout=1.0)
-    try:
-        # Read what the explorer reads first, so a damaged file fails here, with a message.
-        handle.execute("SELECT COUNT(*) FROM samples").fetchone()
-        handle.execute("SELECT COUNT(*) FROM evaluations").fetchone()
-    except Exception as exc:  # noqa: BLE001
-        raise StoreError(f"the store {path} cannot be read: {exc}") from None
-    finally:
-        handle.conn.close()
+    prepare(path)
     return path.resolve()
 
 
@@ -136,13 +142,24 @@ def serve(args: argparse.Namespace, path: Path) -> int:
 
 def create_app(args: argparse.Namespace, path: Path) -> "PtxbenchApp":
     """The app for a prepared store, its summary query already running."""
-    prefetch = Prefetch(path)  # before Textual is imported: the query and the imports overlap
+    prefetch = Prefetch(StoreReader(path))  # before Textual is imported: the query and the imports overlap
     from ptxbench.tui.config import load_keymap
 
     app = make_app(path, shlex.split(args.engine) if args.engine else None, args.theme, load_keymap(), prefetch=prefetch)
     if args.theme not in app.available_themes:
         print(f"ptxbench-tui: unknown theme {args.theme!r}; using {DEFAULT_THEME}", file=sys.stderr)
     return app
+
+
+def no_terminal() -> str | None:
+    """Why the explorer cannot take keys here, or None. Textual's terminal driver polls
+    standard input; at end of file (`< /dev/null`, a closed pipe) that poll returns at once,
+    for ever, and the explorer would spin a core doing nothing."""
+    if os.environ.get("TEXTUAL_DRIVER"):
+        return None  # another driver (textual-serve's web driver) brings its own input
+    if sys.stdin is None or not sys.stdin.isatty():
+        return "standard input is not a terminal, and the explorer reads its keys there; run it in a terminal (or use --serve)"
+    return None
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -152,10 +169,16 @@ def main(argv: list[str] | None = None) -> None:
     except StoreError as exc:
         print(f"ptxbench-tui: {exc}", file=sys.stderr)
         sys.exit(EXIT_STORE)
+    why = None if args.serve else no_terminal()
+    if why:
+        print(f"ptxbench-tui: {why}", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
     if args.serve:
         sys.exit(serve(args, path))
     app = create_app(args, path)
     app.run()
+    for item in app.unsaved:  # the person chose to quit without them: the text is not lost
+        print(f"ptxbench-tui: label not saved, {item.describe()}", file=sys.stderr)
     sys.exit(app.return_code or 0)
 
 

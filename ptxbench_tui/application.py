@@ -1,25 +1,30 @@
 """The explorer's App: top-level views are `App.MODES` switched by number keys;
 a sample, a diff and the dialogs are screens pushed on top. All keys come
-from keys.py."""
+from keys.py.
+
+The store is reached only through the `StoreReader` handed in (db/reader.py):
+every view reads through `app.reader.read(...)`, the labels are written
+through it (labelling.py), and what is wrong with the store (damaged,
+read-only, labels waiting for a locked store) stays said in each view's
+StoreBanner."""
 
 from __future__ import annotations
 
-import getpass
 from pathlib import Path
 
 from textual import work
 from textual.app import App
 from textual.reactive import reactive
 
-from ptxbench.db import browse
 from ptxbench.db import browse_summary as summary
+from ptxbench.db import verdict
+from ptxbench.db.reader import StoreReader
 from ptxbench.themes.ptxbench import DEFAULT_THEME, THEMES
 from ptxbench.tui import keys
 from ptxbench.tui.commands import BindingCommands
 from ptxbench.tui.config import Config
-from ptxbench.tui.messages import (
-    CellsLoaded, LabelSaved, Reverify, ShowDiff, ShowSample, ShowSamples, StoreFailed,
-)
+from ptxbench.tui.labelling import Labelling
+from ptxbench.tui.messages import CellsLoaded, Reverify, ShowDiff, ShowSample, ShowSamples, StoreFailed
 from ptxbench.tui.screens.overview import OverviewScreen
 
 
@@ -40,7 +45,7 @@ def _css_path() -> Path:
     return Path(ptxbench.themes.__file__).resolve().parent / "ptxbench.tcss"
 
 
-class PtxbenchApp(App[int]):
+class PtxbenchApp(Labelling, App[int]):
     TITLE = "PTXBench"
     CSS_PATH = _css_path()
     SCREENS = {
@@ -59,12 +64,15 @@ class PtxbenchApp(App[int]):
     COMMANDS = App.COMMANDS | {BindingCommands}
 
     data_version: reactive[int] = reactive(0)
+    # (text, is it an error): what StoreBanner shows above every view; "" hides it.
+    store_notice: reactive[tuple[str, bool]] = reactive(("", False))
 
-    def __init__(self, config: Config, prefetch=None) -> None:  # noqa: ANN001 - app.Prefetch
+    def __init__(self, config: Config, reader: StoreReader | None = None, prefetch=None) -> None:  # noqa: ANN001 - app.Prefetch
         super().__init__()
         self._prefetch = prefetch
         self.config = config
-        self.db_path = Path(config.db_path)
+        self.reader = reader or StoreReader(config.db_path)
+        self.db_path = self.reader.path  # named in the view bar and handed to the engine process
         self.engine_cmd = list(config.engine_cmd)
         self.gpu_lock_dir = config.gpu_lock_dir or self.db_path.parent
         self.cells: list[summary.Cell] | None = None
@@ -76,11 +84,54 @@ class PtxbenchApp(App[int]):
             self.set_keymap(config.keymap)
 
     def on_mount(self) -> None:
+        self.update_notice()
         self.reload_store()
+        self.call_after_refresh(self.check_store)
+
+    def on_unmount(self) -> None:
+        self.reader.close()
 
     # -- store -------------------------------------------------------------------------
     def reload_store(self) -> None:
         self.load_cells()
+
+    @property
+    def writable(self) -> bool:
+        return self.reader.writable
+
+    def can_write(self, what: str) -> bool:
+        """True on a writable store; else say why `what` cannot happen here."""
+        if self.reader.writable:
+            return True
+        self.notify(f"This store is read-only ({self.reader.readonly_reason}), so {what} is off here.",
+                    title="Read-only", severity="warning")
+        return False
+
+    def update_notice(self) -> None:
+        """What StoreBanner says: damage first, then unsaved labels, then read-only."""
+        if self.reader.damage:
+            self.store_notice = (f"Damaged store: {self.reader.damage}", True)
+        elif self.unsaved:
+            self.store_notice = (self.unsaved_notice(), True)
+        elif not self.reader.writable:
+            self.store_notice = (f"Read-only: {self.reader.readonly_reason}. "
+                                 "Labels, Fixit marks and re-verifying are off; everything else works.", False)
+        else:
+            self.store_notice = ("", False)
+
+    @work(thread=True, exclusive=True, group="integrity", exit_on_error=False, description="integrity check")
+    def check_store(self) -> None:
+        """SQLite's quick check over the whole file (0.4 s for 300 MB), so a store damaged
+        where the first views do not read says so at once."""
+        try:
+            self.reader.check()
+        except Exception as exc:  # noqa: BLE001 - reported, never fatal
+            self.post_message(StoreFailed(str(exc)))
+
+    def action_toggle_newest(self) -> None:
+        self.reader.newest_evaluation = not self.reader.newest_evaluation
+        self.notify(f"Each sample now speaks through its {verdict.describe(self.reader.newest_evaluation)}.")
+        self.reload_store()
 
     def action_reload_store(self) -> None:
         self.reload_store()
@@ -97,7 +148,7 @@ class PtxbenchApp(App[int]):
                 summary, saved = prefetch.take()
                 self.post_message(CellsLoaded(*summary, saved=saved))
                 return
-            self.post_message(CellsLoaded(*summary_cache.compute(self.db_path), recheck=recheck))
+            self.post_message(CellsLoaded(*summary_cache.compute(self.reader), recheck=recheck))
         except Exception as exc:  # noqa: BLE001 - a store that breaks while open is reported, not fatal
             self.post_message(StoreFailed(str(exc)))
 
@@ -112,6 +163,12 @@ class PtxbenchApp(App[int]):
             self.call_after_refresh(self.load_cells, True)
 
     def on_store_failed(self, message: StoreFailed) -> None:
+        if self.reader.damage:
+            # Said once as a toast; the banner keeps saying it.
+            if self.store_notice[0] != f"Damaged store: {self.reader.damage}":
+                self.notify(self.reader.damage, title="Damaged store", severity="error", timeout=8)
+            self.update_notice()
+            return
         self.notify(message.error, title="Store", severity="error", timeout=8)
 
     # -- navigation --------------------------------------------------------------------
@@ -133,96 +190,34 @@ class PtxbenchApp(App[int]):
         self.push_screen(DiffScreen(message.left, message.right, target=message.target))
 
     async def on_reverify(self, message: Reverify) -> None:
+        """Re-verify in Live; more than one sample is said and asked first."""
+        if not self.can_write("re-verifying"):
+            return
+        ids = message.sample_ids
+        if len(ids) <= 1:
+            await self.start_reverify(ids)
+            return
+        from ptxbench.tui.screens.dialogs import ConfirmDialog
+
+        more = ""
+        if message.selected and message.selected > len(ids):
+            more = f" The filter selects {message.selected:,}; the newest {len(ids):,} are queued."
+        question = (f"Re-verify {len(ids):,} samples?{more}\n\nThe engine judges them one after another in the Live "
+                    "view (x cancels); each result is a new evaluation beside the old ones.")
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.call_later(self.start_reverify, ids)
+
+        self.push_screen(ConfirmDialog(question, yes=f"Start {len(ids):,}"), answered)
+
+    async def start_reverify(self, ids: list[int]) -> None:
         await self.switch_mode("live")
         screen = self.get_screen("live")
-        screen.enqueue(message.sample_ids, start=True)
+        screen.enqueue(ids, start=True)
 
     def action_help(self) -> None:
         from ptxbench.tui.screens.dialogs import HelpScreen
 
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen(self.screen))
-
-    # -- labels (a person's triage, beside the automatic category) -------------------------
-    def ask_label(self, sample_id: int) -> None:
-        self.load_label_context(sample_id)
-
-    @work(thread=True, group="labels", exit_on_error=False, description="current label")
-    def load_label_context(self, sample_id: int) -> None:
-        detail = self._read_detail(sample_id)
-        if detail is None:
-            return
-        self.call_from_thread(self._open_label_dialog, detail)
-
-    def _read_detail(self, sample_id: int) -> browse.SampleDetail | None:
-        """One sample's detail, read in a worker thread; a failure is reported, not raised."""
-        try:
-            detail = browse.sample_detail(browse.connect(self.db_path), sample_id)
-        except Exception as exc:  # noqa: BLE001 - a store that breaks while open is reported
-            self.post_message(StoreFailed(str(exc)))
-            return None
-        if detail is None:
-            self.post_message(StoreFailed(f"no sample {sample_id}"))
-        return detail
-
-    def _open_label_dialog(self, detail: browse.SampleDetail) -> None:
-        from ptxbench.tui.screens.dialogs import LabelChoice, LabelDialog
-
-        label = detail.label
-        current = LabelChoice(label.category, label.note, label.fixit_candidate) if label else None
-
-        def saved(choice: LabelChoice | None) -> None:
-            if choice is not None:
-                self.save_label(detail.id, choice, "label")
-
-        self.push_screen(LabelDialog(detail.id, detail.latest.category if detail.latest else None, current), saved)
-
-    def toggle_fixit(self, sample_id: int) -> None:
-        self.flip_fixit(sample_id)
-
-    @work(thread=True, group="labels", exit_on_error=False, description="fixit mark")
-    def flip_fixit(self, sample_id: int) -> None:
-        from ptxbench.tui.screens.dialogs import LabelChoice
-
-        detail = self._read_detail(sample_id)
-        if detail is None:
-            return
-        label = detail.label
-        choice = LabelChoice(label.category if label else None, label.note if label else "",
-                             not (label.fixit_candidate if label else False))
-        self._write_label(sample_id, choice, "fixit on" if choice.fixit else "fixit off")
-
-    @work(thread=True, group="labels", exit_on_error=False, description="save label")
-    def save_label(self, sample_id: int, choice, what: str) -> None:  # noqa: ANN001 - dialogs.LabelChoice
-        self._write_label(sample_id, choice, what)
-
-    def _write_label(self, sample_id: int, choice, what: str) -> None:  # noqa: ANN001 - dialogs.LabelChoice
-        """In a worker thread: one new row in `labels`; nothing else changes."""
-        from ptxbench.db.records import Label
-        from ptxbench.db.store import open_store
-        from ptxbench.db.writes import add_label
-
-        try:
-            db = open_store(self.db_path, migrate=False)
-            try:
-                add_label(db, Label(sample_id=sample_id, author=_author(), category=choice.category,
-                                    note=choice.note, fixit_candidate=choice.fixit))
-            finally:
-                db.conn.close()
-        except Exception as exc:  # noqa: BLE001
-            self.post_message(StoreFailed(f"label not saved: {exc}"))
-            return
-        self.post_message(LabelSaved(sample_id, what))
-
-    def on_label_saved(self, message: LabelSaved) -> None:
-        self.notify(f"Sample {message.sample_id}: {message.what} saved.")
-        self.reload_store()
-
-
-def _author() -> str:
-    try:
-        return getpass.getuser()
-    except Exception:  # noqa: BLE001 - no login name in some containers
-        return "unknown"
-
-

@@ -26,6 +26,7 @@ _REGISTRY: list[tuple[str, str, str, str, str, str, bool]] = [
     ("app", "app.help", "question_mark", "help", "Help", "Keys of this view and what they do", True),
     ("app", "app.theme", "T", "change_theme", "Theme", "Pick a theme (PTX colours follow it)", False),
     ("app", "app.reload", "ctrl+r", "reload_store", "Reload", "Re-read the store", False),
+    ("app", "app.newest", "V", "toggle_newest", "Newest/complete", "Each sample's newest evaluation, or its most complete one (the default; docs/store.md)", False),
     ("app", "app.quit", "q", "quit", "Quit", "Leave the explorer", True),
     # -- tables (drill into the row under the cursor) ---------------------------------
     ("table", "table.open", "enter", "select_cursor", "Open", "Open the row under the cursor", True),

@@ -94,8 +94,16 @@ class DiffReady(Message):
 
 @dataclass
 class LabelSaved(Message):
+    key: int  # which of the app's unsaved labels was written
     sample_id: int
     what: str
+
+
+@dataclass
+class LabelsFlushed(Message):
+    """A pass over the unsaved labels ended: all written, or stopped at `error` (kept for a retry)."""
+
+    error: str = ""
 
 
 # -- navigation ---------------------------------------------------------------------
@@ -123,6 +131,7 @@ class ShowDiff(Message):
 @dataclass
 class Reverify(Message):
     sample_ids: list[int]
+    selected: int | None = None  # how many the filter selected, when more than were queued
 
 
 # -- the engine process -------------------------------------------------------------

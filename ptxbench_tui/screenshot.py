@@ -19,9 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ptxbench.db.records import Fix, Sample
+from ptxbench.db.corpus import add_mutation_corpus, assembler_failure
 from ptxbench.db.seed import ensure_default_store
-from ptxbench.db.writes import add_fix, add_sample
 
 
 def build_store(path: Path) -> None:
@@ -29,24 +28,7 @@ def build_store(path: Path) -> None:
 
     db = ensure_default_store(path)
     try:
-        have = {r[0] for r in db.execute("SELECT source FROM samples")}
-        experts = {task: sid for sid, task in db.execute(
-            "SELECT s.id, s.task_id FROM samples s JOIN models m ON m.id = s.model_id WHERE m.kind = 'expert'")}
-        mutation_model = db.execute("SELECT id FROM models WHERE name = 'mutation'").fetchone()
-        if mutation_model is None:
-            from ptxbench.db.writes import get_or_create_model
-
-            model_id = get_or_create_model(db, "mutation", kind="mutation", source="tasks/mutations.toml").id
-        else:
-            model_id = mutation_model[0]
-        for variant in all_variants():
-            m = variant.mutation
-            if m.source in have or m.task not in experts:
-                continue
-            sample = add_sample(db, Sample(task_id=m.task, language="ptx", source=m.source, code=variant.code,
-                                           model_id=model_id, manifest=None))
-            add_fix(db, Fix(failed_sample_id=sample.id, fixed_sample_id=experts[m.task], explanation=m.fix,
-                            explanation_source="written with the mutation", source="tasks/mutations.toml"))
+        add_mutation_corpus(db, all_variants())
     finally:
         db.conn.close()
     ptxbench = Path(sys.executable).with_name("ptxbench")
@@ -55,29 +37,26 @@ def build_store(path: Path) -> None:
 
 
 async def shoot(path: Path, out: Path, size: tuple[int, int]) -> str:
-    from ptxbench.db import browse
+    from ptxbench.db.reader import StoreReader
     from ptxbench.tui.app import make_app
     from ptxbench.tui.messages import ShowSample
 
-    conn = browse.connect(path)
-    row = conn.execute(
-        """SELECT s.id, e.category, s.task_id FROM samples s JOIN evaluations e ON e.sample_id = s.id
-           WHERE e.category IN ('unknown_instruction', 'operand_mismatch', 'invalid_operand', 'undefined_symbol', 'syntax')
-           ORDER BY (s.task_id LIKE 'gemm%' OR s.task_id LIKE 'attn%') DESC, e.category = 'operand_mismatch' DESC, s.id LIMIT 1"""
-    ).fetchone()
-    if row is None:
+    reader = StoreReader(path)
+    found = reader.read(assembler_failure)
+    if found is None:
         raise SystemExit("no judged failing variant with an assembler message in the store")
-    app = make_app(path, theme="ptxbench")
+    sample_id, category, task_id = found
+    app = make_app(path, theme="ptxbench", reader=reader)
     async with app.run_test(size=size) as pilot:
         await app.workers.wait_for_complete()
         await pilot.pause()
-        app.post_message(ShowSample(row[0]))
+        app.post_message(ShowSample(sample_id))
         await app.workers.wait_for_complete()
         await pilot.pause()
         await pilot.press("g")  # to the line ptxas complained about
         await pilot.pause()
         app.save_screenshot(filename=out.name, path=str(out.parent))
-    return f"sample {row[0]} ({row[2]}, {row[1]}) at its assembler error"
+    return f"sample {sample_id} ({task_id}, {category}) at its assembler error"
 
 
 def main() -> int:

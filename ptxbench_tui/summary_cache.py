@@ -2,10 +2,10 @@
 
 Folding 100 000 samples into the overview's cells takes a few hundred
 milliseconds; a store that has not changed since the last start need not
-wait for it. The summary is saved with a fingerprint of the store (row
-counts and highest ids of the tables it reads; evaluations are append-only)
-and shown at once when the fingerprint matches; the explorer still
-recomputes it in the background and replaces it if anything differs.
+wait for it. The summary is saved with a fingerprint of the store
+(`browse_summary.fingerprint`) and shown at once when the fingerprint
+matches; the explorer still recomputes it in the background and replaces it
+if anything differs. The store is read through the app's StoreReader.
 """
 
 from __future__ import annotations
@@ -13,14 +13,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sqlite3
 from dataclasses import asdict
 from pathlib import Path
 
-from ptxbench.db import browse
 from ptxbench.db import browse_summary as summary
-
-VERSION = 1
+from ptxbench.db.reader import StoreReader
 
 
 def cache_file(store: Path) -> Path:
@@ -33,18 +30,6 @@ def cache_file(store: Path) -> Path:
         folder = Path(platformdirs.user_cache_dir("ptxbench", appauthor=False))
     digest = hashlib.sha256(str(store.resolve()).encode()).hexdigest()[:16]
     return folder / "explorer" / f"summary-{digest}.json"
-
-
-def fingerprint(conn: sqlite3.Connection) -> list:
-    row = conn.execute(
-        """SELECT (SELECT COUNT(*) FROM samples), (SELECT MAX(id) FROM samples),
-                  (SELECT COUNT(*) FROM evaluations), (SELECT MAX(id) FROM evaluations)"""
-    ).fetchone()
-    small = hashlib.sha256()
-    for sql in ("SELECT id, model_id, context_level FROM runs ORDER BY id", "SELECT id, name FROM models ORDER BY id",
-                "SELECT id, arch FROM tasks ORDER BY id"):
-        small.update(json.dumps(conn.execute(sql).fetchall()).encode())
-    return [VERSION, *row, small.hexdigest()]
 
 
 def load(store: Path, fp: list) -> tuple[list[summary.Cell], summary.Facets] | None:
@@ -75,23 +60,12 @@ def save(store: Path, fp: list, cells: list[summary.Cell], facets: summary.Facet
         pass  # a cache that cannot be written only costs time
 
 
-def compute(store: Path) -> tuple[list[summary.Cell], summary.Facets]:
+def compute(reader: StoreReader) -> tuple[list[summary.Cell], summary.Facets]:
     """The summary read fresh from the store (one read snapshot), saved for the next start."""
-    conn = browse.connect(store, cached=False)
-    try:
-        conn.execute("BEGIN")
-        fp = fingerprint(conn)
-        cells, facets = summary.cells(conn), summary.facets(conn)
-        conn.execute("COMMIT")
-    finally:
-        conn.close()
-    save(store, fp, cells, facets)
+    fp, cells, facets = reader.read(summary.snapshot)
+    save(reader.path, fp, cells, facets)
     return cells, facets
 
 
-def cached(store: Path) -> tuple[list[summary.Cell], summary.Facets] | None:
-    conn = browse.connect(store, cached=False)
-    try:
-        return load(store, fingerprint(conn))
-    finally:
-        conn.close()
+def cached(reader: StoreReader) -> tuple[list[summary.Cell], summary.Facets] | None:
+    return load(reader.path, reader.read(summary.fingerprint))

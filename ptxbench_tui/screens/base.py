@@ -9,6 +9,7 @@ from textual.screen import Screen
 
 from ptxbench.tui.widgets.common import ModeBar
 from ptxbench.tui.widgets.key_bar import KeyBar
+from ptxbench.tui.widgets.store_banner import StoreBanner
 
 if TYPE_CHECKING:
     from ptxbench.tui.application import PtxbenchApp
@@ -23,6 +24,7 @@ class ViewScreen(Screen):
 
     def compose(self) -> ComposeResult:
         yield ModeBar(self.MODE)
+        yield StoreBanner()
         yield from self.compose_body()
         yield KeyBar()
 

@@ -106,13 +106,13 @@ class CompareScreen(ViewScreen):
     @work(thread=True, exclusive=True, group="compare", exit_on_error=False, description="compare")
     def fetch(self, task_id: str, level: str) -> None:
         try:
-            conn = browse.connect(self.ptx.db_path)
-            rows = browse.compare(conn, task_id, level)
+            read = self.ptx.reader.read
+            rows = read(browse.compare, task_id, level)
             codes = {}
             for r in rows[:50]:
-                detail = browse.sample_detail(conn, r.sample_id)
+                detail = read(browse.sample_detail, r.sample_id)
                 codes[r.sample_id] = detail.ptx if detail else ""
-            task = browse.task(conn, task_id)
+            task = read(browse.task, task_id)
         except Exception as exc:  # noqa: BLE001
             self.post_message(StoreFailed(f"compare: {exc}"))
             return

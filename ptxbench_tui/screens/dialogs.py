@@ -1,4 +1,4 @@
-"""Dialogs: relabel a sample, pick a sample id, help."""
+"""Dialogs: relabel a sample, confirm an action, pick a sample id, help."""
 
 from __future__ import annotations
 
@@ -24,6 +24,14 @@ class LabelChoice:
     note: str
     fixit: bool
 
+    @property
+    def empty(self) -> bool:
+        """Says nothing: no category, no note, no Fixit mark."""
+        return self.category is None and not self.note and not self.fixit
+
+
+EMPTY_HINT = "Nothing to save yet: pick a category, type a note or tick Fixit (esc closes)."
+
 
 class LabelDialog(ModalScreen[LabelChoice | None]):
     BINDINGS = keys.bindings("dialog")
@@ -46,12 +54,14 @@ class LabelDialog(ModalScreen[LabelChoice | None]):
             yield Select(options, prompt="category (blank: keep the automatic one)", id="label-category", value=value)
             yield Input(value=self.current.note if self.current else "", placeholder="note: what is really wrong", id="label-note")
             yield Checkbox("Fixit candidate", value=bool(self.current and self.current.fixit), id="label-fixit")
+            yield Static("", id="label-hint", classes="dim")
             with Horizontal(classes="buttons"):
                 yield Button("Save", variant="primary", id="label-save")
                 yield Button("Cancel", id="label-cancel")
         yield KeyBar()
 
     def on_mount(self) -> None:
+        self.query_one("#label-hint", Static).display = False
         self.query_one("#label-note", Input).focus()
 
     def choice(self) -> LabelChoice:
@@ -63,10 +73,24 @@ class LabelDialog(ModalScreen[LabelChoice | None]):
         )
 
     def action_save(self) -> None:
-        self.dismiss(self.choice())
+        """Save (ctrl+s, the Save button): an unchanged label is not saved again, and an
+        empty one only when it clears a label the sample has."""
+        choice = self.choice()
+        if choice == self.current:
+            self.notify("Label unchanged: nothing saved.")
+            self.dismiss(None)
+        elif choice.empty and self.current is None:
+            self._hint(EMPTY_HINT)
+        else:
+            self.dismiss(choice)
 
     def action_cancel(self) -> None:
         self.dismiss(None)
+
+    def _hint(self, text: str) -> None:
+        hint = self.query_one("#label-hint", Static)
+        hint.update(text)
+        hint.display = True
 
     @on(Button.Pressed, "#label-save")
     def _save(self) -> None:
@@ -78,7 +102,49 @@ class LabelDialog(ModalScreen[LabelChoice | None]):
 
     @on(Input.Submitted, "#label-note")
     def _submitted(self) -> None:
+        # A bare Enter in an empty note is a slip, never a label (not even one that clears).
+        if self.choice().empty:
+            self._hint(EMPTY_HINT)
+            return
         self.action_save()
+
+
+class ConfirmDialog(ModalScreen[bool]):
+    """Ask before an action that starts a lot of work or loses something: Enter on the
+    focused button answers, esc is no."""
+
+    BINDINGS = keys.bindings("dialog")
+
+    def __init__(self, question: str, *, yes: str, no: str = "Cancel") -> None:
+        super().__init__()
+        self.question = question
+        self.yes = yes
+        self.no = no
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="confirm-dialog", classes="dialog"):
+            yield Static(self.question, id="confirm-question")
+            with Horizontal(classes="buttons"):
+                yield Button(self.yes, variant="warning", id="confirm-yes")
+                yield Button(self.no, id="confirm-no")
+        yield KeyBar()
+
+    def on_mount(self) -> None:
+        self.query_one("#confirm-yes", Button).focus()
+
+    def action_save(self) -> None:
+        self.dismiss(True)
+
+    def action_cancel(self) -> None:
+        self.dismiss(False)
+
+    @on(Button.Pressed, "#confirm-yes")
+    def _yes(self) -> None:
+        self.dismiss(True)
+
+    @on(Button.Pressed, "#confirm-no")
+    def _no(self) -> None:
+        self.dismiss(False)
 
 
 class PickSampleDialog(ModalScreen[int | None]):

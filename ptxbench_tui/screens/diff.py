@@ -16,6 +16,7 @@ from ptxbench.tui.diffing import TARGET_NAMES, TARGETS, DiffOptions, diff, text_
 from ptxbench.tui.messages import DiffReady, StoreFailed
 from ptxbench.tui.widgets.diff_view import DiffView
 from ptxbench.tui.widgets.key_bar import KeyBar
+from ptxbench.tui.widgets.store_banner import StoreBanner
 
 CONTEXT_STEPS = (0, 1, 3, 8, 20, -1)
 
@@ -35,6 +36,7 @@ class DiffScreen(Screen):
         self._details: dict[int, browse.SampleDetail] = {}
 
     def compose(self) -> ComposeResult:
+        yield StoreBanner()
         yield Static("Diff — loading…", id="diff-head", classes="head")
         yield DiffView(id="diff-view")
         yield KeyBar()
@@ -51,15 +53,15 @@ class DiffScreen(Screen):
     def compute(self, request: int, left: int, right: int | None, opts: DiffOptions) -> None:
         cache = dict(self._details)
         try:
-            conn = browse.connect(self.app.db_path)  # type: ignore[attr-defined]
+            read = self.app.reader.read  # type: ignore[attr-defined]
             if right is None:
-                right = browse.fix_partner(conn, left)
+                right = read(browse.fix_partner, left)
                 if right is None:
                     self.post_message(StoreFailed(f"sample {left} has no fix and follows no turn: press o to pick a sample to diff with"))
                     return
             details = []
             for sid in (left, right):
-                detail = cache.get(sid) or browse.sample_detail(conn, sid)
+                detail = cache.get(sid) or read(browse.sample_detail, sid)
                 if detail is None:
                     self.post_message(StoreFailed(f"no sample {sid} in this store"))
                     return

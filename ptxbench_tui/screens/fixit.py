@@ -137,9 +137,9 @@ class FixitScreen(ViewScreen):
     @work(thread=True, exclusive=True, group="fixit-page", exit_on_error=False, description="fixit pairs")
     def fetch_page(self, request: int, flt: PairFilter, offset: int) -> None:
         try:
-            conn = browse.connect(self.ptx.db_path)
-            rows, total = fixit_db.fixit_pair_page(conn, **flt.query_args(), limit=PAGE_SIZE, offset=offset)
-            changes = fixit_db.fixit_changes(conn, [(r.failed_sample_id, r.fixed_sample_id) for r in rows])
+            read = self.ptx.reader.read
+            rows, total = read(fixit_db.fixit_pair_page, **flt.query_args(), limit=PAGE_SIZE, offset=offset)
+            changes = read(fixit_db.fixit_changes, [(r.failed_sample_id, r.fixed_sample_id) for r in rows])
         except Exception as exc:  # noqa: BLE001 - shown to the user, the view stays usable
             self.post_message(StoreFailed(f"fixit: {exc}"))
             return
@@ -148,9 +148,9 @@ class FixitScreen(ViewScreen):
     @work(thread=True, exclusive=True, group="fixit-stats", exit_on_error=False, description="fixit statistics")
     def load_stats(self) -> None:
         try:
-            conn = browse.connect(self.ptx.db_path)
-            message = FixitStatsLoaded(fixit_db.fixit_stats(conn), fixit_db.fixit_lengths(conn),
-                                       fixit_db.fixit_facets(conn))
+            read = self.ptx.reader.read
+            message = FixitStatsLoaded(read(fixit_db.fixit_stats), read(fixit_db.fixit_lengths),
+                                       read(fixit_db.fixit_facets))
         except Exception as exc:  # noqa: BLE001
             self.post_message(StoreFailed(f"fixit statistics: {exc}"))
             return

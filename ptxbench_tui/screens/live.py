@@ -91,6 +91,8 @@ class LiveScreen(ViewScreen):
 
     # -- actions ---------------------------------------------------------------------
     def action_run(self) -> None:
+        if not self.ptx.can_write("re-verifying"):
+            return
         if self.running:
             self.notify("The engine is already running.")
             return

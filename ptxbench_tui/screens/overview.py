@@ -8,6 +8,7 @@ from textual.widgets import Select, Static
 
 from ptxbench.db import browse
 from ptxbench.db import browse_summary as summary
+from ptxbench.db import verdict
 from ptxbench.tui import keys
 from ptxbench.tui.messages import MetricsLoaded, ShowSamples, StoreFailed
 from ptxbench.tui.screens.base import ViewScreen
@@ -91,7 +92,7 @@ class OverviewScreen(ViewScreen):
             hint = "Enter: samples of a row"
             if self.rows and not any(r.judged or r.skipped for r in self.rows):
                 hint = "nothing judged yet: in Samples (3) press R to judge them all (static stages where there is no GPU)"
-            self._status(f"{len(self.rows)} rows · per sample (latest evaluation) · {levels} · {hint}")
+            self._status(f"{len(self.rows)} rows · per sample ({verdict.describe(self.ptx.reader.newest_evaluation)}) · {levels} · {hint}")
 
     def _status(self, text: str) -> None:
         self.query_one("#overview-status", Static).update(text)
@@ -138,15 +139,10 @@ class OverviewScreen(ViewScreen):
     @work(thread=True, exclusive=True, group="overview-metrics", exit_on_error=False, description="trajectory metrics")
     def load_metrics(self) -> None:
         from ptxbench.db.metrics import compute_metrics
-        from ptxbench.db.store import StoreError, open_store
 
         try:
-            db = open_store(self.ptx.db_path, readonly=True)
-            try:
-                rows = compute_metrics(db, group_by=("task", "model", "arch", "context"), include_reference=True)
-            finally:
-                db.conn.close()
-        except (StoreError, Exception) as exc:  # noqa: BLE001 - a failed read is shown, never fatal
+            rows = self.ptx.reader.read(compute_metrics, group_by=("task", "model", "arch", "context"), include_reference=True)
+        except Exception as exc:  # noqa: BLE001 - a failed read is shown, never fatal
             self.post_message(StoreFailed(f"metrics: {exc}"))
             return
         self.post_message(MetricsLoaded(rows))

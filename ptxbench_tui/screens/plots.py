@@ -74,7 +74,7 @@ class PlotsScreen(ViewScreen):
     @work(thread=True, exclusive=True, group="plots", exit_on_error=False, description="plot data")
     def fetch(self, task_id: str) -> None:
         try:
-            data = summary.plot_data(browse.connect(self.ptx.db_path), self.ptx.cells or [], task_id)
+            data = self.ptx.reader.read(summary.plot_data, self.ptx.cells or [], task_id)
         except Exception as exc:  # noqa: BLE001
             self.post_message(StoreFailed(f"plots: {exc}"))
             return

@@ -23,6 +23,7 @@ from ptxbench.tui.messages import DetailLoaded, Reverify, ShowDiff, StoreFailed
 from ptxbench.tui.widgets.code_view import PtxView, SassView
 from ptxbench.tui.widgets.common import num, speed
 from ptxbench.tui.widgets.key_bar import KeyBar
+from ptxbench.tui.widgets.store_banner import StoreBanner
 
 TABS = ("tab-ptx", "tab-sass", "tab-asm", "tab-evidence", "tab-timing", "tab-history")
 _LOG_LINE = re.compile(r"line (\d+)[;:,]")
@@ -151,6 +152,7 @@ class SampleScreen(Screen):
         self._sass_shown = False
 
     def compose(self) -> ComposeResult:
+        yield StoreBanner()
         yield Static(f"Sample {self.sample_id} — loading…", id="sample-head", classes="head")
         with TabbedContent(id="sample-tabs"):
             with TabPane("PTX", id="tab-ptx"):
@@ -178,7 +180,7 @@ class SampleScreen(Screen):
     @work(thread=True, exclusive=True, group="sample-detail", exit_on_error=False, description="sample detail")
     def load(self) -> None:
         try:
-            detail = browse.sample_detail(browse.connect(self.app.db_path), self.sample_id)  # type: ignore[attr-defined]
+            detail = self.app.reader.read(browse.sample_detail, self.sample_id)  # type: ignore[attr-defined]
         except Exception as exc:  # noqa: BLE001
             self.post_message(StoreFailed(f"sample {self.sample_id}: {exc}"))
             return
@@ -251,9 +253,10 @@ class SampleScreen(Screen):
                           num(m.baseline_ms), speed(m.speedup), num(m.tflops, "{:.1f}"))
 
     def _history(self, detail: browse.SampleDetail) -> None:
-        out = ["[b]Evaluations[/b] (newest first; re-verifying adds one, none is ever changed)"]
+        out = ["[b]Evaluations[/b] (newest first; re-verifying adds one, none is ever changed; "
+               "▸ speaks for the sample, V switches most complete / newest)"]
         for e in detail.evaluations:
-            out.append(f"  #{e.id} {e.created_at} · {escape(e.category)} · {escape(e.status)} · {escape(e.device or '')} · "
+            out.append(f"{'▸' if e.id == detail.shown_id else ' '} #{e.id} {e.created_at} · {escape(e.category)} · {escape(e.status)} · {escape(e.device or '')} · "
                        f"engine {escape(e.engine_version)} · {speed(e.speedup)} · [dim]{escape(e.source)}[/]")
         if not detail.evaluations:
             out.append("  none")

@@ -74,9 +74,9 @@ class SamplesScreen(ViewScreen):
     @work(thread=True, exclusive=True, group="samples-page", exit_on_error=False, description="samples page")
     def fetch(self, request: int, flt: browse.SampleFilter, offset: int) -> None:
         try:
-            conn = browse.connect(self.ptx.db_path)
-            self.post_message(PageLoaded(request, browse.sample_page(conn, flt, offset, PAGE_SIZE)))
-            self.post_message(CountLoaded(request, browse.sample_count(conn, flt)))
+            read = self.ptx.reader.read
+            self.post_message(PageLoaded(request, read(browse.sample_page, flt, offset, PAGE_SIZE)))
+            self.post_message(CountLoaded(request, read(browse.sample_count, flt)))
         except Exception as exc:  # noqa: BLE001 - shown to the user, the view stays usable
             self.post_message(StoreFailed(f"samples: {exc}"))
 
@@ -187,9 +187,10 @@ class SamplesScreen(ViewScreen):
     @work(thread=True, exclusive=True, group="samples-ids", exit_on_error=False, description="ids to re-verify")
     def collect_ids(self, flt: browse.SampleFilter) -> None:
         try:
-            ids = browse.sample_ids(browse.connect(self.ptx.db_path), flt, limit=REVERIFY_LIMIT)
+            ids = self.ptx.reader.read(browse.sample_ids, flt, limit=REVERIFY_LIMIT)
+            selected = self.ptx.reader.read(browse.sample_count, flt) if len(ids) == REVERIFY_LIMIT else len(ids)
         except Exception as exc:  # noqa: BLE001
             self.post_message(StoreFailed(f"samples: {exc}"))
             return
         if ids:
-            self.post_message(Reverify(ids))
+            self.post_message(Reverify(ids, selected=selected))

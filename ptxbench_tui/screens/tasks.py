@@ -127,7 +127,7 @@ class TasksScreen(ViewScreen):
     @work(thread=True, exclusive=True, group="tasks", exit_on_error=False, description="tasks")
     def load_tasks(self) -> None:
         try:
-            self.post_message(TasksLoaded(browse.tasks(browse.connect(self.ptx.db_path))))
+            self.post_message(TasksLoaded(self.ptx.reader.read(browse.tasks)))
         except Exception as exc:  # noqa: BLE001
             self.post_message(StoreFailed(f"tasks: {exc}"))
 
@@ -155,11 +155,10 @@ class TasksScreen(ViewScreen):
     @work(thread=True, exclusive=True, group="task-detail", exit_on_error=False, description="task detail")
     def load_detail(self, task: browse.TaskRow) -> None:
         try:
-            conn = browse.connect(self.ptx.db_path)
-            sid = browse.expert_sample_id(conn, task.id)
+            sid = self.ptx.reader.read(browse.expert_sample_id, task.id)
             code = ""
             if sid is not None:
-                detail = browse.sample_detail(conn, sid)
+                detail = self.ptx.reader.read(browse.sample_detail, sid)
                 code = detail.ptx if detail else ""
             code = code or expert_file_code(task)
             self.post_message(TaskDetailLoaded(task, code, sid, prompt_text(task, self.prompt_level)))

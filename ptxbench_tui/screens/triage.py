@@ -11,6 +11,7 @@ from textual.widgets import DataTable, Static
 
 from ptxbench.db import browse
 from ptxbench.db import browse_summary as summary
+from ptxbench.db import verdict
 from ptxbench.engine.categories import DESCRIPTIONS, STAGE_OF
 from ptxbench.tui import keys
 from ptxbench.tui.messages import ShowSamples
@@ -54,7 +55,7 @@ class TriageScreen(ViewScreen):
         n = sum(total for _, total, _ in self.table_data.rows)
         what = "all verdicts" if self.include_ok else "failures"
         self.query_one("#triage-status", Static).update(
-            f"{n:,} {what} by [b]{self.dimension}[/b] (latest evaluation of each sample, static verdicts included where the GPU stages were skipped)"
+            f"{n:,} {what} by [b]{self.dimension}[/b] ({verdict.describe(self.ptx.reader.newest_evaluation)} of each sample, static verdicts included where the GPU stages were skipped)"
         )
         self._describe()
 

@@ -109,18 +109,20 @@ def test_plot_data(conn):
 def test_the_summary_is_reused_only_while_the_store_is_unchanged(store, ids):
     from ptxbench.db.records import Evaluation
     from ptxbench.db.writes import add_evaluation
+    from ptxbench.db.reader import StoreReader
     from ptxbench.tui import summary_cache
     from ptxbench.tui.app import Prefetch
 
-    assert summary_cache.cached(store) is None
-    first, saved = Prefetch(store).take()
+    reader = StoreReader(store)
+    assert summary_cache.cached(reader) is None
+    first, saved = Prefetch(reader).take()
     assert not saved
-    again, saved = Prefetch(store).take()
+    again, saved = Prefetch(reader).take()
     assert saved and again == first  # offered from the saved summary
-    assert summary_cache.compute(store) == again
+    assert summary_cache.compute(reader) == again
     db = open_store(store)
     add_evaluation(db, Evaluation(sample_id=ids.syntax_sample, engine_version="t", status="judged", category="ok", source="test"))
     db.conn.close()
-    assert summary_cache.cached(store) is None  # a new evaluation: the saved summary no longer applies
-    changed, saved = Prefetch(store).take()
+    assert summary_cache.cached(reader) is None  # a new evaluation: the saved summary no longer applies
+    changed, saved = Prefetch(reader).take()
     assert not saved and "syntax" not in {c.category for c in changed[0] if c.model == "mutation"}

@@ -66,7 +66,18 @@ async def test_reverify_from_a_sample_and_a_filtered_set(app_for, store, ids):
         await settle(pilot)
         app.screen.query_one("#filter-model").value = "fixture-model-b"
         await settle(pilot)
+        # R says how many it will start and asks; esc starts nothing.
         await pilot.press("R")
+        await settle(pilot)
+        dialog = app.screen
+        assert type(dialog).__name__ == "ConfirmDialog"
+        assert "Re-verify 2 samples?" in dialog.question
+        await pilot.press("escape")
+        await settle(pilot)
+        assert type(app.screen).__name__ == "SamplesScreen"
+        await pilot.press("R")
+        await settle(pilot)
+        await pilot.press("enter")  # on "Start 2"
         await settle(pilot)
         live = app.screen
         assert isinstance(live, LiveScreen)

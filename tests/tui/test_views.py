@@ -356,11 +356,13 @@ async def test_every_theme_colours_ptx(app_for, ids, theme):
 async def test_start_from_the_saved_summary(store, tmp_path):
     from conftest import replay_cmd
 
+    from ptxbench.db.reader import StoreReader
     from ptxbench.tui import summary_cache
     from ptxbench.tui.app import Prefetch, make_app
 
-    expected = summary_cache.compute(store)  # what an earlier start saved
-    prefetch = Prefetch(store)
+    reader = StoreReader(store)
+    expected = summary_cache.compute(reader)  # what an earlier start saved
+    prefetch = Prefetch(reader)
     app = make_app(store, engine_cmd=replay_cmd(), gpu_lock_dir=tmp_path, prefetch=prefetch)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)

@@ -1,0 +1,101 @@
+"""What a store path is and how it may be opened, decided without opening the file.
+
+Nothing here opens the store (or its -wal and -shm files) with Python. On
+POSIX, closing any descriptor of a file drops every fcntl lock the process
+holds on it, the locks of SQLite connections still open in other threads
+included (SQLite's "How To Corrupt An SQLite Database File", §2.2). Another
+process closing its last connection then thinks it is alone, checkpoints
+and deletes the WAL under the live connections: stale reads, lost writes,
+"malformed". So only `os.stat` and `os.access` look at the files here, and
+the header is checked by SQLite itself when the store is first read.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class StoreError(Exception):
+    """The store cannot be used as asked; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class Access:
+    """How this process may use a store file."""
+
+    writable: bool
+    reason: str = ""  # why it cannot be written, said to the person
+    # Read with SQLite's immutable=1: the folder is read-only (no -shm can be made) and no
+    # WAL is left to read, so the file is all there is and nothing can change it.
+    immutable: bool = False
+
+
+def sidecars(path: Path) -> tuple[Path, Path]:
+    """The store's write-ahead log and shared-memory index."""
+    return path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")
+
+
+def check_file(path: Path, *, must_exist: bool, create: bool = True) -> None:
+    """Refuse a folder, a missing store (when it must exist, or may not be created) and, unless
+    `create`, an empty file: SQLite would take an empty file for a new database and the
+    person's "store" would silently be a new, empty one."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        if must_exist or not create:
+            raise StoreError(f"no store at {path}") from None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create the folder for the store {path}: {exc.strerror or exc}") from None
+        return
+    except OSError as exc:
+        raise StoreError(f"cannot read the store {path}: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise StoreError(f"{path} is a folder, not a store file")
+    wal, _ = sidecars(path)
+    if st.st_size == 0 and not create and not (wal.exists() and wal.stat().st_size > 0):
+        raise StoreError(f"{path} is an empty file, not a PTXBench store")
+
+
+def store_access(path: Path) -> Access:
+    """Whether the store can be written, and if not how it can still be read.
+
+    `os.access` answers for this process's user and sees read-only mounts too."""
+    folder = path.parent if str(path.parent) else Path(".")
+    folder_ok = os.access(folder, os.W_OK | os.X_OK)
+    reason = ""
+    if _read_only_mount(folder):
+        reason = f"{folder} is on a read-only file system"
+    elif path.exists() and not os.access(path, os.W_OK):
+        reason = f"the file {path} is read-only"
+    elif not folder_ok:
+        reason = f"the folder {folder} is not writable"
+    else:
+        for side in sidecars(path):
+            if side.exists() and not os.access(side, os.W_OK):
+                reason = f"{side} is read-only"
+                break
+    if not reason:
+        return Access(writable=True)
+    wal, _ = sidecars(path)
+    # Where the folder is writable SQLite makes the -shm it needs even for a read-only
+    # connection; a WAL with commits in it must be read, so immutable=1 would be wrong there.
+    wal_has_commits = wal.exists() and wal.stat().st_size > 0
+    return Access(writable=False, reason=reason, immutable=not folder_ok and not wal_has_commits)
+
+
+def _read_only_mount(folder: Path) -> bool:
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def reader_uri(path: Path, access: Access) -> str:
+    """The SQLite URI of a read-only connection to the store."""
+    uri = f"{path.resolve().as_uri()}?mode=ro"
+    return uri + "&immutable=1" if access.immutable else uri
