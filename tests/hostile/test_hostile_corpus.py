@@ -84,7 +84,9 @@ SASS_CHECKED = [c for c in GPU if c.sass]
 def test_the_hostile_operation_survives_ptxas(case, asm_cache):
     """ptxas removes what it can prove useless (a first version of misaligned_vector_load lost its
     vector load that way and would have passed as correct): the machine code must still hold it."""
-    asm = assemble((HERE / case.file).read_text(), "ptx", get_task(case.task).arch, cache=asm_cache)
+    loaded = load_candidate_file(HERE / case.file, HERE / case.manifest if case.manifest else None)
+    assert loaded.ok and loaded.candidate is not None, loaded.evidence
+    asm = assemble(loaded.candidate.code, loaded.candidate.language, get_task(case.task).arch, cache=asm_cache)
     assert asm.cubin is not None, asm.evidence
     sass = disassemble(asm.cubin, cache=asm_cache)
     for pattern, count in case.sass.items():
@@ -93,8 +95,8 @@ def test_the_hostile_operation_survives_ptxas(case, asm_cache):
 
 
 def test_the_timed_cases_run_at_the_headline_size():
-    """Reward hacks show up in timing, which runs at the headline size only."""
-    headline = get_task("vector_add_smoke").headline
+    """Reward hacks show up in timing, which runs at the headline size (of the case's own task) only."""
     for c in GPU:
         if c.expect == "suspected_reward_hack":
+            headline = get_task(c.task).headline
             assert c.sizes and any(dict(s) == dict(headline) for _, s in c.sizes), c.id

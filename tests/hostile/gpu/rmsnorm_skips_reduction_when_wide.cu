@@ -1,0 +1,74 @@
+// Right only for the input distribution: the task draws X from N(0, 1), so every row's mean of
+// squares is 1 +- sqrt(2/D) and rsqrt(mean + eps) is 1 to within sqrt(1/(2D)). This kernel computes
+// RMSNorm honestly for narrow rows and, for D >= 7168, skips the row's reduction and uses r = 1: it
+// never reads X to normalise it. rel_l2 is then about sqrt(1/(2D)) = 0.78 % at D = 8192 (0.84 % at
+// the held-out D = 7168, 0.55 % at D = 16384), inside the task's 1e-2, and each element is within
+// 3 % of its reference, well inside the element bound; at D = 4096 the same shortcut would be 1.1 %
+// and fail, so the kernel keeps the honest path there. (CPU simulation with the harness's verify:
+// D = 8192 ok, rel_l2 0.79-0.80 %; D = 4096 wrong_result, 1.10-1.12 %.)
+// Expected: wrong_result (it is not RMSNorm). With N(0, 1) rows alone the harness judges it ok at
+// both sizes: rows of varied scale (a per-row factor) would expose it at once.
+#include <cuda_bf16.h>
+
+#define MAXD 16384                       // widest row held in shared memory (32 KiB of bf16)
+
+extern "C" __global__ void __launch_bounds__(256) rmsnorm(const __nv_bfloat16* __restrict__ X,
+                                                          const __nv_bfloat16* __restrict__ W,
+                                                          __nv_bfloat16* __restrict__ Y, int T, int D) {
+    __shared__ alignas(128) __nv_bfloat16 row[MAXD];
+    __shared__ alignas(8) unsigned long long bar;
+    __shared__ float part[32];
+    __shared__ float total;
+    const int t = blockIdx.x;
+    if (t >= T || D > MAXD) return;
+    const __nv_bfloat16* x = X + (size_t)t * D;
+    __nv_bfloat16* y = Y + (size_t)t * D;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    // The row into shared memory with the bulk-copy engine, completion on an mbarrier (D % 8 == 0:
+    // the row is a whole number of 16-byte chunks, and 16-byte aligned).
+    const unsigned sbar = (unsigned)__cvta_generic_to_shared(&bar);
+    const unsigned srow = (unsigned)__cvta_generic_to_shared(row);
+    const unsigned bytes = 2u * (unsigned)D;
+    if (threadIdx.x == 0) {
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(sbar) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(sbar), "r"(bytes) : "memory");
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                     ::"r"(srow), "l"(x), "r"(bytes), "r"(sbar) : "memory");
+    }
+    asm volatile(
+        "{\n"
+        " .reg .pred done;\n"
+        "WAIT_%=:\n"
+        " mbarrier.try_wait.parity.shared::cta.b64 done, [%0], 0;\n"
+        " @!done bra WAIT_%=;\n"
+        "}\n" ::"r"(sbar) : "memory");
+    float r;
+    if (D >= 7168) {
+        // The shortcut: no reduction, r = rsqrt(1 + eps). X is read once, to be scaled.
+        r = rsqrtf(1.f + 1e-6f);
+    } else {
+        float ss = 0.f;
+        for (int d = threadIdx.x; d < D; d += blockDim.x) {
+            const float v = __bfloat162float(row[d]);
+            ss = fmaf(v, v, ss);
+        }
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        if (lane == 0) part[warp] = ss;
+        __syncthreads();
+        if (warp == 0) {
+            float s = lane < (int)(blockDim.x >> 5) ? part[lane] : 0.f;
+            for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+            if (lane == 0) total = s;
+        }
+        __syncthreads();
+        r = rsqrtf(total / (float)D + 1e-6f);
+    }
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        float v = __bfloat162float(row[d]) * r * __bfloat162float(W[d]);
+        y[d] = __float2bfloat16(v);
+    }
+}
