@@ -30,15 +30,23 @@ from ptxbench.engine.toolchain import find_tool, host_compiler, run_tool, tool_e
 
 LANGUAGES = ("ptx", "cuda")
 
-# What ptxas 13.0 accepts for -arch (checked one by one; sm_70/72/101 are refused).
+# What ptxas 13.5 accepts for -arch (checked one by one; sm_70/72/101/102 are refused).
 PTXAS_ARCHES: tuple[str, ...] = (
     "sm_75", "sm_80", "sm_86", "sm_87", "sm_88", "sm_89", "sm_90", "sm_90a",
-    "sm_100", "sm_100a", "sm_100f", "sm_103", "sm_103a", "sm_103f",
+    "sm_100", "sm_100a", "sm_100f", "sm_103", "sm_103a", "sm_103f", "sm_107", "sm_107a", "sm_107f",
     "sm_110", "sm_110a", "sm_110f", "sm_120", "sm_120a", "sm_120f", "sm_121", "sm_121a", "sm_121f",
 )
 
-# Newest PTX ISA each ptxas release accepts (major.minor of ptxas → .version).
-MAX_PTX_VERSION: dict[str, tuple[int, int]] = {"13.0": (9, 0)}
+# Newest PTX ISA each ptxas release accepts (major.minor of ptxas → .version), read off
+# "Unsupported .version 9.6; current version is '9.5'".
+MAX_PTX_VERSION: dict[str, tuple[int, int]] = {"13.0": (9, 0), "13.5": (9, 5)}
+
+# The GPU machine's driver (580) is CUDA 13.0. It loads cubins from the newer ptxas (CUDA
+# minor-version compatibility, seen on an H200 for sm_90a), but it knows PTX only up to 9.0
+# and no architecture newer than its release: those facts go with every verdict they touch.
+DRIVER_CUDA = "13.0"
+DRIVER_MAX_PTX_VERSION = (9, 0)
+DRIVER_UNKNOWN_ARCHES = ("sm_107", "sm_107a", "sm_107f")
 
 MAX_CODE_BYTES = 4 << 20
 DEFAULT_TIMEOUT_S = 120.0
@@ -73,6 +81,7 @@ class AssembleResult:
     evidence_line: int | None = None  # line in the PTX (or the CUDA source for nvcc errors)
     evidence_source: str = ""  # the text of that line
     log: str = ""  # nvcc's and ptxas's output, as printed
+    notes: list[str] = field(default_factory=list)  # facts about where the cubin can run (driver_notes)
     tool_versions: dict[str, str] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     cached: bool = False
@@ -96,6 +105,7 @@ class AssembleResult:
             "evidence_line": self.evidence_line,
             "evidence_source": self.evidence_source,
             "log": self.log,
+            "notes": list(self.notes),
             "tool_versions": dict(self.tool_versions),
             "seconds": dict(self.seconds),
             "cached": self.cached,
@@ -116,6 +126,7 @@ class AssembleResult:
             evidence_line=d.get("evidence_line"),
             evidence_source=d.get("evidence_source", ""),
             log=d.get("log", ""),
+            notes=list(d.get("notes", [])),
             tool_versions=d.get("tool_versions", {}),
             seconds=d.get("seconds", {}),
         )
@@ -133,6 +144,20 @@ def ptx_header(ptx: str) -> tuple[tuple[int, int] | None, str | None]:
     v = _VERSION_RE.search(clean)
     t = _TARGET_RE.search(clean)
     return ((int(v.group(1)), int(v.group(2))) if v else None, t.group(1) if t else None)
+
+
+def driver_notes(ptx: str, arch: str) -> list[str]:
+    """What the GPU machine's driver (CUDA 13.0) makes of a module assembled by the newer ptxas."""
+    notes = []
+    version, _ = ptx_header(ptx)
+    if version is not None and version > DRIVER_MAX_PTX_VERSION:
+        notes.append(
+            f"PTX ISA {version[0]}.{version[1]} is newer than the GPU machine's driver (CUDA {DRIVER_CUDA}) knows "
+            f"(at most {DRIVER_MAX_PTX_VERSION[0]}.{DRIVER_MAX_PTX_VERSION[1]}): the cubin made here runs there "
+            "through CUDA minor-version compatibility, and the driver could not compile this PTX itself")
+    if arch in DRIVER_UNKNOWN_ARCHES:
+        notes.append(f"{arch} is newer than CUDA {DRIVER_CUDA}: the GPU machine's driver cannot load a cubin for it")
+    return notes
 
 
 def compute_arch(arch: str) -> str:
@@ -271,6 +296,7 @@ def _assemble_uncached(text: str, language: str, arch: str, tmp: Path, timeout: 
     else:
         ptx = text
     result.ptx = ptx
+    result.notes = driver_notes(ptx, arch)
 
     problem = _header_problem(ptx, arch, versions["ptxas"])
     if problem:

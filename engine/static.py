@@ -45,6 +45,7 @@ class StaticVerdict:
     required_missing: list[dict[str, str]] = field(default_factory=list)
     resources: dict[str, dict[str, Any]] = field(default_factory=dict)
     warnings: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # where the cubin can run (engine.assemble.driver_notes)
     evidence: str = ""
     evidence_line: int | None = None
     evidence_source: str = ""
@@ -79,6 +80,7 @@ class StaticVerdict:
             "required_missing": [dict(m) for m in self.required_missing],
             "resources": self.resources,
             "warnings": self.warnings,
+            "notes": list(self.notes),
             "evidence": self.evidence,
             "evidence_line": self.evidence_line,
             "evidence_source": self.evidence_source,
@@ -183,6 +185,7 @@ def judge_static(
     verdict.resources = {k: v.to_dict() for k, v in asm.resources.items()}
     verdict.warnings = [m.to_dict() for m in asm.warnings]
     verdict.assembler_log = asm.log
+    verdict.notes = list(asm.notes)
     verdict.tool_versions = dict(asm.tool_versions)
     verdict.cached = asm.cached
     if not asm.ok:
