@@ -39,7 +39,7 @@ _CUDA_ATTRS = re.compile(r"__(launch_bounds|cluster_dims|maxnreg)__\s*\([^)]*\)"
 _CUDA_GLOBAL = re.compile(r"__global__[^;{(]*?\b([A-Za-z_]\w*)\s*\(")
 _CUDA_HINTS = re.compile(r"__device__|asm\s+volatile|asm\s*\(|#include|__shared__|threadIdx")
 _ODD_CHARS = re.compile("[\x00-\x08\x0e-\x1f\x7f\ufffd]")
-_MANIFEST_KEYS = re.compile(r'"(launches|tensor_maps|scratch)"\s*:')
+_MANIFEST_KEYS = re.compile(r'"(launches|tensor_maps|scratch|build)"\s*:')
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from ptxbench.engine.assemble import PTXAS_ARCHES, AssembleResult, assemble, ptx
 from ptxbench.engine.cache import Cache
 from ptxbench.engine.candidate import Candidate
 from ptxbench.engine.categories import OK
+from ptxbench.engine.cuda_build import nvcc_flags
 from ptxbench.engine.extract import ExtractResult, load_candidate_file
 from ptxbench.engine.inspect import FamilyRow, inspect
 from ptxbench.engine.toolchain import tool_versions
@@ -46,6 +47,7 @@ class StaticVerdict:
     resources: dict[str, dict[str, Any]] = field(default_factory=dict)
     warnings: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # where the cubin can run (engine.assemble.driver_notes)
+    commands: dict[str, list[str]] = field(default_factory=dict)  # what nvcc and ptxas were given
     evidence: str = ""
     evidence_line: int | None = None
     evidence_source: str = ""
@@ -81,6 +83,7 @@ class StaticVerdict:
             "resources": self.resources,
             "warnings": self.warnings,
             "notes": list(self.notes),
+            "commands": {k: list(v) for k, v in self.commands.items()},
             "evidence": self.evidence,
             "evidence_line": self.evidence_line,
             "evidence_source": self.evidence_source,
@@ -174,7 +177,9 @@ def judge_static(
     verdict.language = candidate.language
     verdict.origin = candidate.origin
     store = (cache if cache is not None else Cache()) if use_cache else None
-    asm: AssembleResult = assemble(candidate.code, candidate.language, the_arch, cache=store)
+    build = candidate.manifest.build if candidate.manifest is not None else None
+    asm: AssembleResult = assemble(candidate.code, candidate.language, the_arch, cache=store,
+                                   nvcc_flags=nvcc_flags(build))
     seconds["assemble"] = asm.seconds.get("total", 0.0)
     for tool in ("nvcc", "ptxas"):
         if tool in asm.seconds:
@@ -186,6 +191,10 @@ def judge_static(
     verdict.warnings = [m.to_dict() for m in asm.warnings]
     verdict.assembler_log = asm.log
     verdict.notes = list(asm.notes)
+    verdict.commands = {k: list(v) for k, v in asm.commands.items()}
+    if build is not None and candidate.language == "ptx":
+        verdict.notes.append("the manifest's build options (defines, flags) apply to CUDA candidates; "
+                             "this PTX candidate is assembled without them")
     verdict.tool_versions = dict(asm.tool_versions)
     verdict.cached = asm.cached
     if not asm.ok:

@@ -151,7 +151,7 @@ _FORMAT = """## What to answer
 
 The candidate is one of:
 - a whole PTX module: `.version` (ptxas 13.5 accepts up to 9.5; {arch} needs at least {min_version}), `.target {arch}`, `.address_size 64`, one or more `.visible .entry` kernels; or
-- CUDA C++ device code with inline PTX (`asm volatile`): kernels declared `extern "C" __global__` so their names are stable; the harness runs `nvcc -gencode=arch=compute_{cc},code={arch} -ptx` on it and judges the PTX that comes out. Only CUDA's own headers are available.
+- CUDA C++ device code with inline PTX (`asm volatile`): kernels declared `extern "C" __global__` so their names are stable; the harness runs `nvcc -gencode=arch=compute_{cc},code={arch} -ptx -std=c++20 --expt-relaxed-constexpr` on it and judges the PTX that comes out; a manifest `"build": {{"defines": ["NAME=VALUE"], "flags": ["--use_fast_math"]}}` adds `-D` defines and a few device-code flags. Only CUDA's own headers are available.
 
 The launch manifest (a ```json block whose object has a `launches` key) says how to launch what you wrote. Every field is optional except `launches[*].entry`; the defaults below fill the rest. A `launches` list you give replaces the default list as a whole; `tensor_maps` and `scratch` are added to the defaults.
 - `launches`: run in order on one stream: `entry`, `grid`, `block`, `cluster` (1–3 values each; `[1,1,1]` = no cluster), `shared_bytes` (dynamic shared memory; above 48 KiB the harness raises the limit), `args`.
