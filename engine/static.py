@@ -16,10 +16,12 @@ from typing import TYPE_CHECKING, Any
 from ptxbench.engine.assemble import PTXAS_ARCHES, AssembleResult, assemble, ptx_header
 from ptxbench.engine.cache import Cache
 from ptxbench.engine.candidate import Candidate
-from ptxbench.engine.categories import OK
+from ptxbench.engine.categories import OK, worst
 from ptxbench.engine.cuda_build import nvcc_flags
 from ptxbench.engine.extract import ExtractResult, load_candidate_file
-from ptxbench.engine.inspect import FamilyRow, inspect
+from ptxbench.engine.inspect import EntryFamilies, FamilyRow, inspect
+from ptxbench.engine.launch_check import check_launches
+from ptxbench.engine.ptx_params import parse_entry_params
 from ptxbench.engine.toolchain import tool_versions
 
 if TYPE_CHECKING:
@@ -44,6 +46,9 @@ class StaticVerdict:
     sass_families: list[str] = field(default_factory=list)
     families: list[FamilyRow] = field(default_factory=list)
     required_missing: list[dict[str, str]] = field(default_factory=list)
+    launched: list[str] | None = None  # the entries the launch manifest runs; None: no manifest, the whole module
+    entries: list[EntryFamilies] = field(default_factory=list)  # each entry's reach and families
+    launch_problems: list[dict[str, Any]] = field(default_factory=list)  # sizes whose launch cannot work
     resources: dict[str, dict[str, Any]] = field(default_factory=dict)
     warnings: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # where the cubin can run (engine.assemble.driver_notes)
@@ -80,6 +85,9 @@ class StaticVerdict:
             "sass_families": list(self.sass_families),
             "families": [r.to_dict() for r in self.families],
             "required_missing": [dict(m) for m in self.required_missing],
+            "launched": list(self.launched) if self.launched is not None else None,
+            "entries": [e.to_dict() for e in self.entries],
+            "launch_problems": [dict(p) for p in self.launch_problems],
             "resources": self.resources,
             "warnings": self.warnings,
             "notes": list(self.notes),
@@ -210,7 +218,10 @@ def judge_static(
         return verdict
 
     t = time.perf_counter()
-    result = inspect(asm.ptx, asm.cubin, wanted, cache=store)
+    launch = check_launches(candidate, spec, asm.ptx, arch=the_arch, resources=verdict.resources) \
+        if spec is not None else None
+    launched = _launched(candidate, launch)
+    result = inspect(asm.ptx, asm.cubin, wanted, cache=store, launched=launched)
     seconds["inspect"] = time.perf_counter() - t
     verdict.stage = "inspect"
     verdict.sass = result.sass
@@ -218,8 +229,45 @@ def judge_static(
     verdict.sass_families = result.sass_families
     verdict.families = result.rows
     verdict.required_missing = result.required_missing
+    verdict.launched = result.launched
+    verdict.entries = result.entries
     verdict.category = result.category
     verdict.evidence = result.evidence
+    _judge_launches(verdict, candidate, launch, asm.ptx)
     verdict.tool_versions.update(tool_versions(("cuobjdump", "nvdisasm")))
     verdict.seconds = {**seconds, "total": time.perf_counter() - started}
     return verdict
+
+
+def _launched(candidate: Candidate, launch: Any) -> list[str] | None:
+    """The entries that run: the merged manifest's with a task, the candidate's own without one."""
+    if launch is not None:
+        return launch.launched or None
+    if candidate.manifest is not None and candidate.manifest.launches:
+        return list(dict.fromkeys(x.entry for x in candidate.manifest.launches))
+    return None
+
+
+def _judge_launches(verdict: StaticVerdict, candidate: Candidate, launch: Any, ptx: str) -> None:
+    """The launch manifest against the module: what the GPU stage would refuse before running
+    anything decides the verdict when it comes first (engine/categories.py orders them)."""
+    if launch is None:
+        # No task, so no sizes: only whether the candidate's own launches name real entries.
+        if verdict.launched:
+            entries = parse_entry_params(ptx)
+            absent = [e for e in verdict.launched if e not in entries]
+            if absent:
+                verdict.launch_problems = [{"split": None, "sizes": {}, "category": "entry_missing",
+                                            "message": f"no .entry {absent[0]!r} in the module "
+                                                       f"(entries: {', '.join(entries) or 'none'})"}]
+                verdict.category, verdict.evidence = "entry_missing", verdict.launch_problems[0]["message"]
+        return
+    verdict.launch_problems = [c.to_dict() for c in launch.sizes if c.category != OK]
+    first = launch.first_failure("train")
+    if first is not None and worst([first.category, verdict.category]) == first.category:
+        verdict.category = first.category
+        verdict.evidence = f"{first.message} (train size {_size_text(first.sizes)})"
+
+
+def _size_text(sizes: dict[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sizes.items())

@@ -47,9 +47,14 @@ def runner(env, monkeypatch) -> CliRunner:
     return CliRunner()
 
 
+TRITON_MANIFEST = str(DATA / "triton_gemm_sm90a_v94.manifest.json")
+
+
 def test_compiler_made_hopper_gemm(env, expected_gpu):
-    out = check_json(env, str(DATA / "triton_gemm_sm90a.ptx"), "--task", "gemm_bf16_sm90a")
-    assert out["category"] == "ok"
+    out = check_json(env, str(DATA / "triton_gemm_sm90a.ptx"), "--task", "gemm_bf16_sm90a",
+                     "--manifest", TRITON_MANIFEST)
+    assert out["category"] == "ok", out["evidence"]
+    assert out["launched"] == ["matmul_tma"] and out["launch_problems"] == []
     for fam in ("wgmma", "tma", "mbarrier"):
         assert fam in out["ptx_families"] and fam in out["sass_families"]
     assert out["required_missing"] == []
@@ -58,6 +63,14 @@ def test_compiler_made_hopper_gemm(env, expected_gpu):
     assert out["gpu"].startswith("skipped: ")
     if expected_gpu:
         assert out["gpu"] == expected_gpu
+
+
+def test_a_task_whose_default_launch_names_another_entry_is_entry_missing(env):
+    # What the GPU stage would say at once: the task's default launch runs `gemm`.
+    out = check_json(env, str(DATA / "triton_gemm_sm90a.ptx"), "--task", "gemm_bf16_sm90a", "--static")
+    assert out["category"] == "entry_missing"
+    assert "'gemm'" in out["evidence"] and "matmul_tma" in out["evidence"]
+    assert {p["split"] for p in out["launch_problems"]} == {"train", "heldout"}
 
 
 def test_blackwell_tcgen05_gemm(env):
@@ -105,9 +118,10 @@ def test_missing_family_is_reported(env):
 BAD_INPUTS = {
     "empty.ptx": (b"", "no_candidate"),
     "junk.ptx": (bytes(range(256)) * 12, "no_candidate"),
-    # ptxas 13.5 reads a non-ASCII character in a comment (13.0 refused it): judged on its code.
+    # ptxas 13.5 reads a non-ASCII character in a comment (13.0 refused it): judged on its code,
+    # whose entry is not the one the task's default launch runs.
     "latin1.ptx": ((DATA / "assemble" / "ok_add.ptx").read_bytes().replace(b"one element", b"un \xe9l\xe9ment"),
-                   "required_missing_ptx"),
+                   "entry_missing"),
     "huge.ptx": (b"// padding line\n" * (10 * 1024 * 1024 // 16), "no_candidate"),
     "wrong_arch.ptx": ((DATA / "families_sm100a.ptx").read_bytes(), "target_mismatch"),
 }
@@ -157,7 +171,8 @@ def test_missing_tool_exits_1_with_the_fix(env, tmp_path):
 
 
 def test_rich_summary(runner):
-    result = runner.invoke(app, ["check", str(DATA / "triton_gemm_sm90a.ptx"), "--task", "gemm_bf16_sm90a"])
+    result = runner.invoke(app, ["check", str(DATA / "triton_gemm_sm90a.ptx"), "--task", "gemm_bf16_sm90a",
+                                 "--manifest", TRITON_MANIFEST])
     assert result.exit_code == 0, result.output
     text = result.output
     for words in ("ok", "requested families", "wgmma", "distinctive", "mbarrier", "generic", "resources", "GPU: skipped"):
