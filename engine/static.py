@@ -22,6 +22,7 @@ from ptxbench.engine.extract import ExtractResult, load_candidate_file
 from ptxbench.engine.inspect import EntryFamilies, FamilyRow, inspect
 from ptxbench.engine.launch_check import check_launches
 from ptxbench.engine.ptx_params import parse_entry_params
+from ptxbench.engine.static_cache import verdict_key
 from ptxbench.engine.toolchain import tool_versions
 
 if TYPE_CHECKING:
@@ -108,6 +109,29 @@ class StaticVerdict:
             d["sass"] = self.sass
         return d
 
+    def for_cache(self) -> tuple[dict[str, Any], dict[str, bytes]]:
+        """The verdict as a cache entry: a report, and the PTX, SASS and cubin as blobs."""
+        report = self.to_dict()
+        for key in ("task_id", "origin", "extract_evidence", "cached", "seconds", "cubin"):
+            report.pop(key, None)
+        blobs = {"ptx": self.ptx.encode("utf-8", "surrogatepass"), "sass": self.sass.encode("utf-8")}
+        if self.cubin is not None:
+            blobs["cubin"] = self.cubin
+        report["has_cubin"] = self.cubin is not None
+        return report, blobs
+
+    def restore(self, report: dict[str, Any], blobs: dict[str, bytes]) -> None:
+        """Fill this verdict (made for the same candidate) from a cache entry of `for_cache`."""
+        for name in ("category", "stage", "language", "require", "ptx_families", "sass_families",
+                     "required_missing", "launched", "launch_problems", "resources", "warnings", "notes",
+                     "commands", "evidence", "evidence_line", "evidence_source", "assembler_log", "tool_versions"):
+            setattr(self, name, report[name])
+        self.families = [FamilyRow(**r) for r in report["families"]]
+        self.entries = [EntryFamilies(**e) for e in report["entries"]]
+        self.ptx = blobs.get("ptx", b"").decode("utf-8", "surrogatepass")
+        self.sass = blobs.get("sass", b"").decode("utf-8")
+        self.cubin = blobs.get("cubin") if report.get("has_cubin") else None
+
     def to_json(self, *, with_text: bool = False, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(with_text=with_text), indent=indent, default=str)
 
@@ -185,6 +209,25 @@ def judge_static(
     verdict.language = candidate.language
     verdict.origin = candidate.origin
     store = (cache if cache is not None else Cache()) if use_cache else None
+    key = verdict_key(candidate, the_arch, wanted, spec) if store is not None else None
+    if store is not None and key is not None:
+        hit = store.get(key, blobs=("cubin", "ptx", "sass"))
+        if hit is not None:
+            verdict.restore(*hit)
+            verdict.cached = True
+            verdict.seconds = {**seconds, "total": time.perf_counter() - started}
+            return verdict
+    timed_out = _judge_candidate(verdict, candidate, spec, wanted, store, seconds)
+    verdict.seconds = {**seconds, "total": time.perf_counter() - started}
+    if store is not None and key is not None and not timed_out:
+        store.put(key, *verdict.for_cache())
+    return verdict
+
+
+def _judge_candidate(verdict: StaticVerdict, candidate: Candidate, spec: TaskSpec | None, wanted: list[str],
+                     store: Cache | None, seconds: dict[str, float]) -> bool:
+    """Assemble and inspect into `verdict`; True when a tool hit its deadline (not to be cached)."""
+    the_arch = verdict.arch
     build = candidate.manifest.build if candidate.manifest is not None else None
     asm: AssembleResult = assemble(candidate.code, candidate.language, the_arch, cache=store,
                                    nvcc_flags=nvcc_flags(build))
@@ -214,8 +257,7 @@ def judge_static(
             # The families a failed module reaches for are still worth showing.
             census = inspect(asm.ptx, None, [], cache=store)
             verdict.ptx_families = census.ptx_families
-        verdict.seconds = {**seconds, "total": time.perf_counter() - started}
-        return verdict
+        return asm.timed_out
 
     t = time.perf_counter()
     launch = check_launches(candidate, spec, asm.ptx, arch=the_arch, resources=verdict.resources) \
@@ -235,8 +277,7 @@ def judge_static(
     verdict.evidence = result.evidence
     _judge_launches(verdict, candidate, launch, asm.ptx)
     verdict.tool_versions.update(tool_versions(("cuobjdump", "nvdisasm")))
-    verdict.seconds = {**seconds, "total": time.perf_counter() - started}
-    return verdict
+    return False
 
 
 def _launched(candidate: Candidate, launch: Any) -> list[str] | None:
