@@ -209,3 +209,24 @@ def test_tasks_lists_every_task(runner):
             assert rows[task.id]["expert"] is None
     table = runner.invoke(app, ["tasks"])
     assert table.exit_code == 0 and "gemm_bf16_sm100a" in table.output
+
+
+def test_long_mangled_entries_fit_an_80_column_terminal(runner, tmp_path):
+    manifest = tmp_path / "m.json"
+    manifest.write_text('{"launches": [{"entry": "_Z8add_tileILi256EEvPKfS1_Pfi"}]}')
+    result = runner.invoke(app, ["check", str(DATA.parent / "cuda" / "templated_add.cu"), "--task", "vector_add_smoke",
+                                 "--manifest", str(manifest)], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert max(len(line) for line in lines) <= 80, "\n".join(line for line in lines if len(line) > 80)
+    assert "_Z8add_tileILi256E…PKfS1_Pfi" in result.output
+    table = [line for line in lines if "_Z8add_tile" in line and line.count("│") > 2]
+    assert table and all("12" in line or "yes" in line for line in table)   # the numbers stay on the line
+
+
+def test_blocks_used_and_set_aside_are_shown(runner):
+    result = runner.invoke(app, ["check", str(DATA.parent / "responses" / "helpers_then_kernel.md"), "--arch", "sm_90a"],
+                           env={"COLUMNS": "100"})
+    assert result.exit_code == 0, result.output
+    assert "blocks used: 1 (helpers), 2 (kernel)" in result.output
+    assert "set aside: block 3: host code that launches a kernel" in result.output

@@ -3,6 +3,8 @@ declared through macros are found, and a #define is never taken for a kernel."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from ptxbench.engine.cache import Cache
@@ -10,36 +12,7 @@ from ptxbench.engine.cuda_source import cuda_kernels
 from ptxbench.engine.extract import extract
 from ptxbench.engine.static import judge_static
 
-HELPERS = """\
-First the helpers the kernel needs:
-
-```cuda
-#include <cuda_bf16.h>
-
-struct Pair { float lo, hi; };
-
-__device__ __forceinline__ Pair split(float x) { return Pair{x * 0.5f, x * 0.5f}; }
-```
-
-Then the kernel:
-
-```cuda
-extern "C" __global__ void halves(const float* x, float* lo, float* hi, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) { Pair p = split(x[i]); lo[i] = p.lo; hi[i] = p.hi; }
-}
-```
-
-And how to launch it from the host:
-
-```cpp
-int main() { halves<<<1, 256>>>(x, lo, hi, 256); }
-```
-
-```bash
-nvcc -o halves halves.cu
-```
-"""
+HELPERS = (Path(__file__).resolve().parent / "data" / "responses" / "helpers_then_kernel.md").read_text()
 
 
 def test_helpers_before_the_kernel_are_kept_in_order():
