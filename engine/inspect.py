@@ -2,7 +2,7 @@
 
 The PTX census reads instruction names with all their qualifiers (`::` ones
 included), past predicate guards and labels, ignoring comments, strings and
-directives. The SASS census reads `cuobjdump -sass` per function. Presence
+directives. The SASS census reads each function's listing (engine.sass). Presence
 counts, never numbers: ptxas unrolls and deletes.
 
 Requested families are judged on what runs: given the launched entries, only
@@ -14,20 +14,16 @@ found only in code no launch runs is reported as missing, with where it is.
 from __future__ import annotations
 
 import re
-import tempfile
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
-from ptxbench.engine.cache import Cache, content_key
+from ptxbench.engine.cache import Cache
 from ptxbench.engine.categories import OK
 from ptxbench.engine.families import BY_NAME, get_family, ptx_families, sass_families
 from ptxbench.engine.ptx_calls import ptx_functions, reachable
-from ptxbench.engine.toolchain import ToolchainError, find_tool, run_tool, tool_env, tool_version
-
-DISASSEMBLE_TIMEOUT_S = 120.0
+from ptxbench.engine.sass import disassemble, sass_census
 
 _BLOCK_COMMENT = re.compile(r"/\*.*?\*/", re.S)
 _LINE_COMMENT = re.compile(r"//[^\n]*")
@@ -37,12 +33,6 @@ _LINE_DIRECTIVE = re.compile(r"^[ \t]*\.(loc|file|version|target|address_size|se
 _LABEL = re.compile(r"^[A-Za-z_$%][\w$]*\s*:(?!:)\s*")
 _GUARD = re.compile(r"^@!?[%\w$]+\s+")
 _OPCODE = re.compile(r"^([a-z][\w]*(?:(?:\.|::)\w+)*)")
-
-_SASS_FUNCTION = re.compile(r"^\s*Function\s*:\s*(\S+)")
-_SASS_INSN = re.compile(
-    r"^\s*/\*[0-9a-fA-F]+\*/\s+(?:\{\s*)?(?:@!?U?P(?:[0-7]|T)\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Za-z0-9_]+)*)"
-)
-
 
 def _statement_opcode(stmt: str) -> str | None:
     s = stmt.strip()
@@ -102,42 +92,6 @@ def ptx_census(ptx: str) -> Counter[str]:
         if op:
             found[op] += 1
     return found
-
-
-def sass_census(sass: str) -> dict[str, Counter[str]]:
-    """Function name → SASS opcode (with modifiers) → occurrences, from `cuobjdump -sass` text."""
-    functions: dict[str, Counter[str]] = {}
-    current: Counter[str] | None = None
-    for line in sass.splitlines():
-        if m := _SASS_FUNCTION.match(line):
-            current = functions.setdefault(m.group(1), Counter())
-            continue
-        if current is not None and (m := _SASS_INSN.match(line)):
-            current[m.group(1)] += 1
-    return functions
-
-
-def disassemble(cubin: bytes, *, cache: Cache | None = None, timeout: float = DISASSEMBLE_TIMEOUT_S) -> str:
-    """`cuobjdump -sass` of a cubin. A failure here is the toolchain's, never the candidate's:
-    the cubin came out of ptxas."""
-    versions = {"cuobjdump": tool_version("cuobjdump"), "nvdisasm": tool_version("nvdisasm")}
-    key = content_key(cubin, versions=versions, stage="sass")
-    if cache is not None:
-        hit = cache.get(key, blobs=("sass",))
-        if hit is not None and "sass" in hit[1]:
-            return hit[1]["sass"].decode("utf-8", "replace")
-    with tempfile.TemporaryDirectory(prefix="ptxbench-sass-") as tmp:
-        path = Path(tmp) / "candidate.cubin"
-        path.write_bytes(cubin)
-        run = run_tool([str(find_tool("cuobjdump")), "-sass", path.name], timeout=timeout, cwd=tmp, env=tool_env())
-    if run.timed_out:
-        raise ToolchainError("cuobjdump", f"did not finish within {timeout:g} s", "")
-    if run.returncode != 0 or "fatal" in run.stderr:
-        tool = "nvdisasm" if "nvdisasm" in run.stderr else "cuobjdump"
-        raise ToolchainError(tool, f"cuobjdump -sass failed: {run.output.strip()[:300]}")
-    if cache is not None:
-        cache.put(key, {"stage": "sass", "versions": versions}, {"sass": run.stdout.encode("utf-8")})
-    return run.stdout
 
 
 @dataclass
@@ -238,7 +192,7 @@ def inspect(ptx: str, cubin: bytes | None, require: list[str] | tuple[str, ...] 
     if sass is None and cubin is not None:
         t1 = time.perf_counter()
         sass = disassemble(cubin, cache=cache)
-        seconds["cuobjdump"] = time.perf_counter() - t1
+        seconds["nvdisasm"] = time.perf_counter() - t1
     t2 = time.perf_counter()
     per_function = sass_census(sass) if sass is not None else {}
     found_ptx = ptx_families(set(ptx_ops))

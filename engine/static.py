@@ -176,6 +176,34 @@ def judge_static(
     file cannot be read, ValueError for an unknown arch or family name.
     """
     started = time.perf_counter()
+    verdict, candidate, spec, seconds = _front(candidate_or_file, task, arch, require, manifest_path)
+    if candidate is None:
+        verdict.seconds = {**seconds, "total": time.perf_counter() - started}
+        return verdict
+    wanted, the_arch = verdict.require, verdict.arch
+    verdict.language = candidate.language
+    verdict.origin = candidate.origin
+    store = (cache if cache is not None else Cache()) if use_cache else None
+    key = verdict_key(candidate, the_arch, wanted, spec) if store is not None else None
+    if store is not None and key is not None:
+        hit = store.get(key, blobs=("cubin", "ptx", "sass"))
+        if hit is not None:
+            verdict.restore(*hit)
+            verdict.cached = True
+            verdict.seconds = {**seconds, "total": time.perf_counter() - started}
+            return verdict
+    timed_out = _judge_candidate(verdict, candidate, spec, wanted, store, seconds)
+    verdict.seconds = {**seconds, "total": time.perf_counter() - started}
+    if store is not None and key is not None and not timed_out:
+        store.put(key, *verdict.for_cache())
+    return verdict
+
+
+def _front(candidate_or_file: Candidate | ExtractResult | str | Path, task: TaskSpec | str | None,
+           arch: str | None, require: list[str] | tuple[str, ...] | None, manifest_path: str | Path | None,
+           ) -> tuple[StaticVerdict, Candidate | None, TaskSpec | None, dict[str, float]]:
+    """The candidate (extracted when need be), its task, arch and requested families, in a verdict
+    that is final already when there is no candidate."""
     spec = _resolve_task(task)
     seconds: dict[str, float] = {}
     extracted: ExtractResult | None = None
@@ -203,25 +231,8 @@ def judge_static(
         assert extracted is not None
         verdict.category = extracted.category
         verdict.evidence = str(extracted.evidence.get("reason", "")) or extracted.category
-        verdict.seconds = {**seconds, "total": time.perf_counter() - started}
-        return verdict
+    return verdict, candidate, spec, seconds
 
-    verdict.language = candidate.language
-    verdict.origin = candidate.origin
-    store = (cache if cache is not None else Cache()) if use_cache else None
-    key = verdict_key(candidate, the_arch, wanted, spec) if store is not None else None
-    if store is not None and key is not None:
-        hit = store.get(key, blobs=("cubin", "ptx", "sass"))
-        if hit is not None:
-            verdict.restore(*hit)
-            verdict.cached = True
-            verdict.seconds = {**seconds, "total": time.perf_counter() - started}
-            return verdict
-    timed_out = _judge_candidate(verdict, candidate, spec, wanted, store, seconds)
-    verdict.seconds = {**seconds, "total": time.perf_counter() - started}
-    if store is not None and key is not None and not timed_out:
-        store.put(key, *verdict.for_cache())
-    return verdict
 
 
 def _judge_candidate(verdict: StaticVerdict, candidate: Candidate, spec: TaskSpec | None, wanted: list[str],
@@ -276,7 +287,7 @@ def _judge_candidate(verdict: StaticVerdict, candidate: Candidate, spec: TaskSpe
     verdict.category = result.category
     verdict.evidence = result.evidence
     _judge_launches(verdict, candidate, launch, asm.ptx)
-    verdict.tool_versions.update(tool_versions(("cuobjdump", "nvdisasm")))
+    verdict.tool_versions.update(tool_versions(("nvdisasm",)))
     return False
 
 

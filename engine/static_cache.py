@@ -25,14 +25,14 @@ _ENGINE = Path(__file__).resolve().parent
 _TASKS = _ENGINE.parent / "tasks"
 _FINGERPRINT = source_fingerprint(
     *(_ENGINE / f"{m}.py" for m in ("static", "static_cache", "assemble", "ptxas_messages", "cuda_build", "inspect",
-                                     "families", "ptx_calls", "launch_check", "manifest", "ptx_params", "candidate",
+                                     "families", "ptx_calls", "sass", "launch_check", "manifest", "ptx_params", "candidate",
                                      "toolchain")),
     _TASKS / "expr.py", _TASKS / "spec.py",
 )
 
 
 def verdict_key(candidate: Candidate, arch: str, require: list[str], task: TaskSpec | None) -> str:
-    tools = ["ptxas", "cuobjdump", "nvdisasm"] + (["nvcc"] if candidate.language == "cuda" else [])
+    tools = ["ptxas", "nvdisasm"] + (["nvcc"] if candidate.language == "cuda" else [])
     return content_key(
         candidate.language, candidate.code, candidate.manifest_json() or "",
         stage="static", arch=arch, require=list(require), engine=_FINGERPRINT,
