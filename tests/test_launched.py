@@ -139,3 +139,13 @@ def test_static_shared_memory_counts_toward_the_limit(cache):
 def test_without_a_task_the_candidates_own_launches_must_name_entries(cache):
     v = judge_static(_ptx(TWO, {"launches": [{"entry": "gemm"}]}), arch="sm_90a", cache=cache)
     assert v.category == "entry_missing" and "'gemm'" in v.evidence
+
+
+def test_the_stored_evaluation_keeps_the_launched_entries(cache):
+    from ptxbench.models.judging import evaluation_records
+
+    v = judge_static(_ptx(TWO), TASK, require=["wgmma"], cache=cache)
+    evidence = evaluation_records(v, 1, "test").evaluation.evidence
+    assert evidence["launched"] == ["vector_add"]
+    assert {e["entry"]: e["launched"] for e in evidence["entries"]} == {"vector_add": True, "tile_mma": False}
+    assert "only in tile_mma" in evidence["message"]
