@@ -116,22 +116,21 @@ def test_thread_bounds_and_registers_are_checked(cache):
                           "\n.maxntid 128, 1, 1")
     v = judge_static(_ptx(bounded), TASK, cache=cache)
     assert v.category == "launch_config" and ".maxntid 128, 1, 1" in v.evidence
-    task = get_task(TASK)
-    manifest = parse_manifest('{"launches": [{"entry": "vector_add", "block": [1024]}]}')
-    heavy = check_launches(Candidate("ptx", TWO, manifest), task, TWO,
-                           resources={"vector_add": {"registers": 72, "shared_bytes": 0}})
+    heavy = _checked({"block": [1024]}, registers=72)
     assert heavy.train_category == "launch_config"
     assert "need 73728 registers" in heavy.first_failure().message
-    light = check_launches(Candidate("ptx", TWO, manifest), task, TWO,
-                           resources={"vector_add": {"registers": 64, "shared_bytes": 0}})
-    assert light.train_category == "ok"
+    assert _checked({"block": [1024]}, registers=64).train_category == "ok"
+
+
+def _checked(launch: dict, *, registers: int, shared: int = 0):
+    """The launch check of TWO's vector_add launched as `launch` says, with ptxas's report faked."""
+    manifest = parse_manifest(json.dumps({"launches": [{"entry": "vector_add", **launch}]}))
+    return check_launches(Candidate("ptx", TWO, manifest), get_task(TASK), TWO,
+                          resources={"vector_add": {"registers": registers, "shared_bytes": shared}})
 
 
 def test_static_shared_memory_counts_toward_the_limit(cache):
-    task = get_task(TASK)
-    manifest = parse_manifest('{"launches": [{"entry": "vector_add", "shared_bytes": 227000}]}')
-    checked = check_launches(Candidate("ptx", TWO, manifest), task, TWO,
-                             resources={"vector_add": {"registers": 16, "shared_bytes": 8192}})
+    checked = _checked({"shared_bytes": 227000}, registers=16, shared=8192)
     assert checked.train_category == "launch_config"
     assert "8192 bytes of static and 227000 of dynamic" in checked.first_failure().message
 
