@@ -39,6 +39,18 @@ def families_table(verdict: StaticVerdict) -> Table | None:
     return table
 
 
+# Long (C++ mangled) entry names are cut in the middle so that a table stays within 80 columns;
+# the full names are in --json.
+ENTRY_WIDTH = 28
+
+
+def short_name(name: str, width: int = ENTRY_WIDTH) -> str:
+    if len(name) <= width:
+        return name
+    head = (width - 1) * 2 // 3
+    return f"{name[:head]}…{name[-(width - 1 - head):]}"
+
+
 def resources_table(resources: dict[str, dict[str, Any]]) -> Table | None:
     entries = {k: v for k, v in resources.items() if v.get("registers") is not None}
     if not entries:
@@ -49,11 +61,41 @@ def resources_table(resources: dict[str, dict[str, Any]]) -> Table | None:
     for name, r in entries.items():
         spills = f"{r.get('spill_store_bytes', 0)}/{r.get('spill_load_bytes', 0)}"
         table.add_row(
-            name, str(r.get("registers")), str(r.get("barriers", "")), str(r.get("shared_bytes", 0)),
+            short_name(name), str(r.get("registers")), str(r.get("barriers", "")), str(r.get("shared_bytes", 0)),
             str(r.get("stack_frame_bytes", 0)),
             Text(spills, style="yellow") if spills != "0/0" else Text(spills),
         )
     return table
+
+
+def entries_table(verdict: StaticVerdict) -> Table | None:
+    """What each entry can run, and which of them the launch manifest runs."""
+    if not verdict.entries or (verdict.launched is None and len(verdict.entries) == 1):
+        return None
+    title = "entries (launched: a launch runs it; calls: functions it reaches)"
+    table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    table.add_column("entry", no_wrap=True)
+    table.add_column("launched")
+    table.add_column("calls", justify="right")
+    table.add_column("SASS families")
+    for e in verdict.entries:
+        fams = e.sass_families if e.sass_families is not None else e.ptx_families
+        table.add_row(short_name(e.entry), _mark(e.launched), str(len(e.reaches) - 1), ", ".join(fams) or "none")
+    return table
+
+
+def blocks_text(extract_evidence: dict[str, Any]) -> Text | None:
+    """Which blocks of a response were used, and which were set aside and why."""
+    used = extract_evidence.get("blocks_used")
+    aside = extract_evidence.get("blocks_set_aside") or []
+    if not used:
+        return None
+    t = Text("\n")
+    t.append("blocks used: ", style="bold")
+    t.append(", ".join(f"{b['block']} ({b['as']})" for b in used))
+    for b in aside:
+        t.append(f"\n  set aside: block {b['block']}: {b['why']}", style="dim")
+    return t
 
 
 def render_check(console: Console, verdict: StaticVerdict, gpu: str) -> None:
@@ -75,17 +117,36 @@ def render_check(console: Console, verdict: StaticVerdict, gpu: str) -> None:
             ev.append(f"\n    {verdict.evidence_source}", style="dim")
         parts.append(ev)
 
+    blocks = blocks_text(verdict.extract_evidence)
+    if blocks is not None:
+        parts.append(blocks)
+
     fam = Text("\n")
+    if verdict.launched is not None:
+        fam.append("launched:      ", style="bold")
+        fam.append(", ".join(short_name(e) for e in verdict.launched) + "\n")
     fam.append("PTX families:  ", style="bold")
     fam.append(", ".join(verdict.ptx_families) or "none")
     fam.append("\nSASS families: ", style="bold")
     fam.append(", ".join(verdict.sass_families) or ("none" if verdict.assembled else "— (not assembled)"))
     parts.append(fam)
 
-    for table in (families_table(verdict), resources_table(verdict.resources)):
+    for table in (families_table(verdict), entries_table(verdict), resources_table(verdict.resources)):
         if table is not None:
             parts.append(Text(""))
             parts.append(table)
+
+    if verdict.launch_problems and verdict.category == OK:
+        p = Text("\nheld-out launches that cannot work:", style="bold yellow")
+        for x in verdict.launch_problems:
+            p.append(f"\n  {x['category']}: {x['message']}")
+        parts.append(p)
+
+    if verdict.notes:
+        n = Text("\nnotes:", style="bold")
+        for note in verdict.notes:
+            n.append(f"\n  {note}")
+        parts.append(n)
 
     if verdict.warnings:
         w = Text("\nwarnings:", style="bold yellow")

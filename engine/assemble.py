@@ -17,6 +17,8 @@ from typing import Any
 
 from ptxbench.engine.cache import Cache, content_key, source_fingerprint
 from ptxbench.engine.categories import OK
+from ptxbench.engine.cuda_build import DEFAULT_FLAGS as NVCC_DEFAULT_FLAGS
+from ptxbench.engine.cuda_build import include_problem
 from ptxbench.engine.ptxas_messages import (
     EntryResources,
     Message,
@@ -30,15 +32,23 @@ from ptxbench.engine.toolchain import find_tool, host_compiler, run_tool, tool_e
 
 LANGUAGES = ("ptx", "cuda")
 
-# What ptxas 13.0 accepts for -arch (checked one by one; sm_70/72/101 are refused).
+# What ptxas 13.5 accepts for -arch (checked one by one; sm_70/72/101/102 are refused).
 PTXAS_ARCHES: tuple[str, ...] = (
     "sm_75", "sm_80", "sm_86", "sm_87", "sm_88", "sm_89", "sm_90", "sm_90a",
-    "sm_100", "sm_100a", "sm_100f", "sm_103", "sm_103a", "sm_103f",
+    "sm_100", "sm_100a", "sm_100f", "sm_103", "sm_103a", "sm_103f", "sm_107", "sm_107a", "sm_107f",
     "sm_110", "sm_110a", "sm_110f", "sm_120", "sm_120a", "sm_120f", "sm_121", "sm_121a", "sm_121f",
 )
 
-# Newest PTX ISA each ptxas release accepts (major.minor of ptxas → .version).
-MAX_PTX_VERSION: dict[str, tuple[int, int]] = {"13.0": (9, 0)}
+# Newest PTX ISA each ptxas release accepts (major.minor of ptxas → .version), read off
+# "Unsupported .version 9.6; current version is '9.5'".
+MAX_PTX_VERSION: dict[str, tuple[int, int]] = {"13.0": (9, 0), "13.5": (9, 5)}
+
+# The GPU machine's driver (580) is CUDA 13.0. It loads cubins from the newer ptxas (CUDA
+# minor-version compatibility, seen on an H200 for sm_90a), but it knows PTX only up to 9.0
+# and no architecture newer than its release: those facts go with every verdict they touch.
+DRIVER_CUDA = "13.0"
+DRIVER_MAX_PTX_VERSION = (9, 0)
+DRIVER_UNKNOWN_ARCHES = ("sm_107", "sm_107a", "sm_107f")
 
 MAX_CODE_BYTES = 4 << 20
 DEFAULT_TIMEOUT_S = 120.0
@@ -51,7 +61,8 @@ MAX_MESSAGES = 200
 
 # The classifier and this stage's own code are part of the cache key, so a
 # change to either never serves a verdict that the new code would not give.
-_FINGERPRINT = source_fingerprint(__file__, Path(__file__).with_name("ptxas_messages.py"))
+_FINGERPRINT = source_fingerprint(__file__, Path(__file__).with_name("ptxas_messages.py"),
+                                  Path(__file__).with_name("cuda_build.py"))
 
 _VERSION_RE = re.compile(r"^[ \t]*\.version[ \t]+(\d+)\.(\d+)", re.M)
 _TARGET_RE = re.compile(r"^[ \t]*\.target[ \t]+([A-Za-z0-9_]+)", re.M)
@@ -73,6 +84,8 @@ class AssembleResult:
     evidence_line: int | None = None  # line in the PTX (or the CUDA source for nvcc errors)
     evidence_source: str = ""  # the text of that line
     log: str = ""  # nvcc's and ptxas's output, as printed
+    notes: list[str] = field(default_factory=list)  # facts about where the cubin can run (driver_notes)
+    commands: dict[str, list[str]] = field(default_factory=dict)  # tool → the argv it was given
     tool_versions: dict[str, str] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     cached: bool = False
@@ -96,6 +109,8 @@ class AssembleResult:
             "evidence_line": self.evidence_line,
             "evidence_source": self.evidence_source,
             "log": self.log,
+            "notes": list(self.notes),
+            "commands": {k: list(v) for k, v in self.commands.items()},
             "tool_versions": dict(self.tool_versions),
             "seconds": dict(self.seconds),
             "cached": self.cached,
@@ -116,6 +131,8 @@ class AssembleResult:
             evidence_line=d.get("evidence_line"),
             evidence_source=d.get("evidence_source", ""),
             log=d.get("log", ""),
+            notes=list(d.get("notes", [])),
+            commands={k: list(v) for k, v in d.get("commands", {}).items()},
             tool_versions=d.get("tool_versions", {}),
             seconds=d.get("seconds", {}),
         )
@@ -133,6 +150,20 @@ def ptx_header(ptx: str) -> tuple[tuple[int, int] | None, str | None]:
     v = _VERSION_RE.search(clean)
     t = _TARGET_RE.search(clean)
     return ((int(v.group(1)), int(v.group(2))) if v else None, t.group(1) if t else None)
+
+
+def driver_notes(ptx: str, arch: str) -> list[str]:
+    """What the GPU machine's driver (CUDA 13.0) makes of a module assembled by the newer ptxas."""
+    notes = []
+    version, _ = ptx_header(ptx)
+    if version is not None and version > DRIVER_MAX_PTX_VERSION:
+        notes.append(
+            f"PTX ISA {version[0]}.{version[1]} is newer than the GPU machine's driver (CUDA {DRIVER_CUDA}) knows "
+            f"(at most {DRIVER_MAX_PTX_VERSION[0]}.{DRIVER_MAX_PTX_VERSION[1]}): the cubin made here runs there "
+            "through CUDA minor-version compatibility, and the driver could not compile this PTX itself")
+    if arch in DRIVER_UNKNOWN_ARCHES:
+        notes.append(f"{arch} is newer than CUDA {DRIVER_CUDA}: the GPU machine's driver cannot load a cubin for it")
+    return notes
 
 
 def compute_arch(arch: str) -> str:
@@ -210,8 +241,11 @@ def assemble(
     *,
     cache: Cache | None = None,
     timeout: float = DEFAULT_TIMEOUT_S,
+    nvcc_flags: tuple[str, ...] = NVCC_DEFAULT_FLAGS,
 ) -> AssembleResult:
-    """Assemble one candidate for `arch` (for example "sm_90a"); cached by content hash when `cache` is given."""
+    """Assemble one candidate for `arch` (for example "sm_90a"); cached by content hash when `cache` is given.
+
+    `nvcc_flags` are the options nvcc gets for a CUDA candidate (engine.cuda_build.nvcc_flags)."""
     if language not in LANGUAGES:
         raise ValueError(f"language must be one of {LANGUAGES}, not {language!r}")
     if arch not in PTXAS_ARCHES:
@@ -225,8 +259,9 @@ def assemble(
     versions = {"ptxas": tool_version("ptxas")}
     if language == "cuda":
         versions["nvcc"] = tool_version("nvcc")
+    nvcc_flags = tuple(nvcc_flags) if language == "cuda" else ()
     key = content_key(text, language=language, arch=arch, versions=versions, flags=PTXAS_FLAGS, stage="assemble",
-                      engine=_FINGERPRINT)
+                      nvcc_flags=list(nvcc_flags), engine=_FINGERPRINT)
     if cache is not None:
         hit = cache.get(key, blobs=("cubin",))
         if hit is not None and (hit[0].get("cubin_bytes") is None or "cubin" in hit[1]):
@@ -237,7 +272,7 @@ def assemble(
             return result
 
     with tempfile.TemporaryDirectory(prefix="ptxbench-asm-") as tmp:
-        result = _assemble_uncached(text, language, arch, Path(tmp), timeout, versions)
+        result = _assemble_uncached(text, language, arch, Path(tmp), timeout, versions, nvcc_flags)
     _trim(result)
     result.seconds["total"] = time.perf_counter() - started
     if cache is not None and not result.timed_out:
@@ -260,17 +295,18 @@ def _trim(result: AssembleResult) -> None:
 
 
 def _assemble_uncached(text: str, language: str, arch: str, tmp: Path, timeout: float,
-                       versions: dict[str, str]) -> AssembleResult:
+                       versions: dict[str, str], nvcc_flags: tuple[str, ...]) -> AssembleResult:
     result = AssembleResult(OK, language, arch, tool_versions=dict(versions))
     log: list[str] = []
     if language == "cuda":
-        ptx = _nvcc_to_ptx(text, arch, tmp, timeout, result, log)
+        ptx = _nvcc_to_ptx(text, arch, tmp, timeout, result, log, nvcc_flags)
         if ptx is None:
             result.log = "\n".join(log)
             return result
     else:
         ptx = text
     result.ptx = ptx
+    result.notes = driver_notes(ptx, arch)
 
     problem = _header_problem(ptx, arch, versions["ptxas"])
     if problem:
@@ -282,6 +318,7 @@ def _assemble_uncached(text: str, language: str, arch: str, tmp: Path, timeout: 
     ptx_path, cubin_path = tmp / "candidate.ptx", tmp / "candidate.cubin"
     ptx_path.write_text(ptx, encoding="utf-8")
     argv = [str(find_tool("ptxas")), f"-arch={arch}", *PTXAS_FLAGS, ptx_path.name, "-o", cubin_path.name]
+    result.commands["ptxas"] = ["ptxas", *argv[1:]]
     run = run_tool(argv, timeout=timeout, cwd=tmp, env=tool_env())
     result.seconds["ptxas"] = run.seconds
     log.append(run.output)
@@ -324,51 +361,8 @@ def _assemble_uncached(text: str, language: str, arch: str, tmp: Path, timeout: 
     return result
 
 
-# A directive that reads another file: `#`, its digraph `%:` or trigraph `??=`, comments allowed
-# around it. Searched anywhere in the text, not only at line starts, so that no comment or line
-# splice can hide one (a match inside a string or a comment is checked too; that only costs a
-# candidate a harmless-looking include it did not need).
-_FILE_DIRECTIVE = re.compile(r"(?:#|%:|\?\?=)(?:\s|/\*.*?\*/)*(include_next|include|import|embed)\b", re.S)
-_HEADER_NAME = re.compile(r"(?:\s|/\*.*?\*/)*(?:<([^<>\n]*)>|\"([^\"\n]*)\")", re.S)
-_SPLICE = re.compile(r"\\[ \t]*\r?\n")
-
-
-def include_problem(source: str) -> tuple[str, int] | None:
-    """Why an include in CUDA source is refused, with its line; None when each names a header.
-
-    Candidates may include CUDA's headers (and the C++ headers they use) by name. An absolute
-    path, a `..`, or a name that macros compute could read any file of the judging machine into
-    the compile, where nvcc prints its lines back into the stored log, or read an endless file
-    (/dev/zero) until memory runs out."""
-    # Join spliced lines first, as the preprocessor does, remembering where lines were joined.
-    pieces: list[str] = []
-    joined: list[int] = []
-    last = removed = 0
-    for s in _SPLICE.finditer(source):
-        pieces.append(source[last:s.start()])
-        joined.append(s.start() - removed)
-        removed += s.end() - s.start()
-        last = s.end()
-    pieces.append(source[last:])
-    text = "".join(pieces)
-    for m in _FILE_DIRECTIVE.finditer(text):
-        pos = m.start()
-        line = text.count("\n", 0, pos) + sum(1 for j in joined if j <= pos) + 1
-        name = _HEADER_NAME.match(text, m.end())
-        if name is None:
-            return (f"#{m.group(1)} of a name computed by macros is not allowed: "
-                    "include CUDA's headers by name, as <header> or \"header\"", line)
-        header = name.group(1) if name.group(1) is not None else name.group(2)
-        parts = re.split(r"[\\/]+", header)
-        if not header.strip() or header.startswith(("/", "\\", "~")) or re.match(r"^[A-Za-z]:", header) \
-                or ".." in parts:
-            return (f"#{m.group(1)} {header!r} names a file outside the compiler's header folders: "
-                    "only CUDA's own headers are available", line)
-    return None
-
-
 def _nvcc_to_ptx(text: str, arch: str, tmp: Path, timeout: float, result: AssembleResult,
-                 log: list[str]) -> str | None:
+                 log: list[str], flags: tuple[str, ...]) -> str | None:
     problem = include_problem(text)
     if problem is not None:
         result.category = "cuda_compile_error"
@@ -379,7 +373,8 @@ def _nvcc_to_ptx(text: str, arch: str, tmp: Path, timeout: float, result: Assemb
     src, out = tmp / "candidate.cu", tmp / "candidate.ptx"
     src.write_text(text, encoding="utf-8")
     nvcc = find_tool("nvcc")
-    argv = [str(nvcc), f"-gencode=arch={compute_arch(arch)},code={arch}", "-ptx", src.name, "-o", out.name]
+    argv = [str(nvcc), f"-gencode=arch={compute_arch(arch)},code={arch}", "-ptx", *flags, src.name, "-o", out.name]
+    result.commands["nvcc"] = ["nvcc", *argv[1:]]
     run = run_tool(argv, timeout=timeout, cwd=tmp, env=tool_env([nvcc.parent]))
     result.seconds["nvcc"] = run.seconds
     log.append(run.output)

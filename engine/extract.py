@@ -21,6 +21,7 @@ from typing import Any
 
 from ptxbench.engine.candidate import Candidate, Language
 from ptxbench.engine.categories import OK
+from ptxbench.engine.cuda_source import cuda_kernels, defined_names, is_host_code
 from ptxbench.engine.manifest import Manifest, ManifestError, parse_manifest
 
 MAX_RESPONSE_BYTES = 4 << 20
@@ -35,11 +36,11 @@ _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})[ \t]*([^\s`{]*)[^\n`]*$")
 _THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
 _PTX_ENTRY = re.compile(r"\.entry\s+([A-Za-z_$%][\w$]*)")
 _PTX_HEADER = re.compile(r"^\s*\.(version|target|address_size)\b", re.M)
-_CUDA_ATTRS = re.compile(r"__(launch_bounds|cluster_dims|maxnreg)__\s*\([^)]*\)")
-_CUDA_GLOBAL = re.compile(r"__global__[^;{(]*?\b([A-Za-z_]\w*)\s*\(")
 _CUDA_HINTS = re.compile(r"__device__|asm\s+volatile|asm\s*\(|#include|__shared__|threadIdx")
 _ODD_CHARS = re.compile("[\x00-\x08\x0e-\x1f\x7f\ufffd]")
-_MANIFEST_KEYS = re.compile(r'"(launches|tensor_maps|scratch)"\s*:')
+# Module-scope PTX a fragment may hold to serve as helpers: functions and variables.
+_PTX_DECL = re.compile(r"^\s*(?:\.(?:visible|extern|weak)\s+)*\.(?:func|global|shared|const)\b", re.M)
+_MANIFEST_KEYS = re.compile(r'"(launches|tensor_maps|scratch|build)"\s*:')
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class _Block:
     kind: str = "other"              # ptx | cuda | manifest | other
     entries: tuple[str, ...] = ()
     note: str = ""
+    helper: str = ""                 # "cuda" | "ptx": code a kernel block of that language may build on
 
     def summary(self) -> dict[str, Any]:
         first = next((ln.strip() for ln in self.text.splitlines() if ln.strip()), "")
@@ -129,12 +131,6 @@ def _ptx_entries(code: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(_PTX_ENTRY.findall(code)))
 
 
-def _cuda_kernels(code: str) -> tuple[str, ...]:
-    code = re.sub(r"//[^\n]*|/\*.*?\*/", " ", code, flags=re.S)
-    code = _CUDA_ATTRS.sub(" ", code)
-    return tuple(dict.fromkeys(_CUDA_GLOBAL.findall(code)))
-
-
 def _classify(block: _Block) -> None:
     text, tag = block.text, block.tag
     if tag in MANIFEST_TAGS or (not tag and text.lstrip().startswith("{")):
@@ -142,16 +138,21 @@ def _classify(block: _Block) -> None:
             block.kind = "manifest"
         return
     ptx_entries = _ptx_entries(text)
-    cuda_kernels = _cuda_kernels(text)
-    if ptx_entries and (tag in PTX_TAGS or _PTX_HEADER.search(text) or not cuda_kernels):
+    kernels = cuda_kernels(text)
+    if ptx_entries and (tag in PTX_TAGS or _PTX_HEADER.search(text) or not kernels):
         block.kind, block.entries = "ptx", ptx_entries
-    elif cuda_kernels:
-        block.kind, block.entries = "cuda", cuda_kernels
+    elif kernels:
+        block.kind, block.entries = "cuda", kernels
     elif tag in PTX_TAGS or _PTX_HEADER.search(text):
         block.note = "PTX without an .entry (a fragment, not a kernel)"
+        if not _PTX_HEADER.search(text) and _PTX_DECL.search(text):
+            block.helper = "ptx"
     elif tag in CUDA_TAGS or _CUDA_HINTS.search(text):
-        launches = "<<<" in text or "cuLaunchKernel" in text or "cuModuleLoad" in text
-        block.note = "host code that launches a kernel" if launches else "C/C++ without a __global__ kernel"
+        if is_host_code(text):
+            launches = "<<<" in text or "cuLaunchKernel" in text or "cuModuleLoad" in text
+            block.note = "host code that launches a kernel" if launches else "host code (main, bindings, runtime calls)"
+        else:
+            block.note, block.helper = "C/C++ without a __global__ kernel", "cuda"
 
 
 def _trim_whole(text: str, language: Language) -> tuple[str, int]:
@@ -205,8 +206,11 @@ def extract(response: str | bytes) -> ExtractResult:
             evidence["note"] = note
         evidence["chosen_block"] = chosen.index
         language: Language = "ptx" if chosen.kind == "ptx" else "cuda"
-        code = chosen.text.strip("\n") + "\n"
-        origin = f"response: block {chosen.index}" + (f" (```{chosen.tag})" if chosen.tag else "")
+        helpers, aside = _helpers(blocks, chosen)
+        code = _join(helpers, chosen, language)
+        used = [*helpers, chosen]
+        origin = (f"response: block{'s' if helpers else ''} {'+'.join(str(b.index) for b in used)}"
+                  + (f" (```{chosen.tag})" if chosen.tag else ""))
     else:
         # No kernel in a fence: the response may itself be the code (a manifest may still be fenced).
         found = _whole(_outside_fences(text, blocks), evidence)
@@ -220,6 +224,12 @@ def extract(response: str | bytes) -> ExtractResult:
     if len(manifests) > 1:
         evidence["manifests"] = [b.summary() for b in manifests]
         return _fail("ambiguous_candidate", evidence, f"{len(manifests)} different launch manifests")
+    if code_blocks:
+        roles = {**{b.index: "helpers" for b in helpers}, chosen.index: "kernel"}
+        if manifests:
+            roles[manifests[0].index] = "manifest"
+        evidence["blocks_used"] = [{"block": i, "as": r} for i, r in sorted(roles.items())]
+        evidence["blocks_set_aside"] = _set_aside(blocks, roles, aside)
     manifest: Manifest | None = None
     if manifests:
         evidence["manifest_block"] = manifests[0].index
@@ -248,6 +258,69 @@ def _outside_fences(text: str, blocks: list[_Block]) -> str:
     return "\n".join(out)
 
 
+def _helpers(blocks: list[_Block], kernel: _Block) -> tuple[list[_Block], dict[int, str]]:
+    """The blocks before the kernel block that it builds on (same language), in order, and why
+    other helper-like blocks are not used."""
+    language = "ptx" if kernel.kind == "ptx" else "cuda"
+    kernel_lines = {ln.strip() for ln in kernel.text.splitlines() if ln.strip()}
+    kernel_names = defined_names(kernel.text) if language == "cuda" else set()
+    used: list[_Block] = []
+    aside: dict[int, str] = {}
+    seen: set[str] = set()
+    for b in blocks:
+        if not b.helper:
+            continue
+        if b.index > kernel.index:
+            aside[b.index] = "comes after the kernel block (only helpers before it are used)"
+            continue
+        if b.helper != language:
+            aside[b.index] = f"{b.helper.upper()} helpers do not fit a {language.upper()} kernel"
+            continue
+        lines = [ln.strip() for ln in b.text.splitlines() if ln.strip()]
+        key = "\n".join(lines)
+        if key in seen:
+            aside[b.index] = "the same as an earlier helper block"
+            continue
+        if lines and all(ln in kernel_lines for ln in lines):
+            aside[b.index] = "already in the kernel block"
+            continue
+        again = sorted(defined_names(b.text) & kernel_names) if language == "cuda" else []
+        if again:
+            aside[b.index] = f"the kernel block defines {', '.join(again[:3])} again; its own definition is used"
+            continue
+        seen.add(key)
+        used.append(b)
+    return used, aside
+
+
+def _join(helpers: list[_Block], kernel: _Block, language: Language) -> str:
+    """Helpers then the kernel; PTX helpers go after the kernel module's header directives."""
+    code = kernel.text.strip("\n")
+    if not helpers:
+        return code + "\n"
+    extra = "\n\n".join(b.text.strip("\n") for b in helpers)
+    if language == "cuda":
+        return f"{extra}\n\n{code}\n"
+    lines = code.split("\n")
+    header_end = max((i + 1 for i, ln in enumerate(lines) if _PTX_HEADER.match(ln)), default=0)
+    return "\n".join(lines[:header_end] + ["", extra, ""] + lines[header_end:]) + "\n"
+
+
+def _set_aside(blocks: list[_Block], roles: dict[int, str], why: dict[int, str]) -> list[dict[str, Any]]:
+    out = []
+    for b in blocks:
+        if b.index in roles:
+            continue
+        reason = why.get(b.index) or b.note
+        if not reason:
+            reason = {"ptx": "a copy of a kernel block", "cuda": "the CUDA source of the PTX block that is judged",
+                      "manifest": "a copy of the manifest block"}.get(b.kind, "")
+        if not reason:
+            reason = f"not kernel code ({'```' + b.tag if b.tag else 'untagged'})"
+        out.append({"block": b.index, "kind": b.kind, "why": reason})
+    return out
+
+
 def _distinct(blocks: list[_Block]) -> list[_Block]:
     """Identical blocks (ignoring surrounding whitespace and trailing spaces) count once."""
     seen: dict[str, _Block] = {}
@@ -270,7 +343,7 @@ def _choose(code_blocks: list[_Block]) -> tuple[_Block | None, str]:
 
 def _whole(text: str, evidence: dict[str, Any]) -> tuple[Language, str] | None:
     """An unfenced response that is itself a PTX module or CUDA source: (language, code), or None."""
-    entries, kernels = _ptx_entries(text), _cuda_kernels(text)
+    entries, kernels = _ptx_entries(text), cuda_kernels(text)
     language: Language
     if entries and (_PTX_HEADER.search(text) or not kernels):
         language = "ptx"
@@ -347,7 +420,7 @@ def _load_code(path: Path, data: bytes, language: Language) -> ExtractResult:
     if not text.strip():
         return _fail("no_candidate", evidence, "the file is empty" if not text else "the file is only whitespace")
     text = text.replace("\r\n", "\n").replace("\r", "\n")
-    entries = _ptx_entries(text) if language == "ptx" else _cuda_kernels(text)
+    entries = _ptx_entries(text) if language == "ptx" else cuda_kernels(text)
     if entries:
         evidence["entries"] = list(entries)
     else:

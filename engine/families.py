@@ -13,7 +13,7 @@ PTX patterns match a whole instruction name with its qualifiers
 (`cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes`);
 SASS patterns match an opcode with its modifiers (`HGMMA.64x128x16.F32.BF16`).
 The SASS opcodes were read off cubins made by ptxas 13.0 from the modules in
-tests/data/ptx/ (disassembled by cuobjdump 13.5).
+tests/data/ptx/ (disassembled by cuobjdump 13.5; engine.sass gives the same instructions).
 """
 
 from __future__ import annotations

@@ -2,26 +2,28 @@
 
 The PTX census reads instruction names with all their qualifiers (`::` ones
 included), past predicate guards and labels, ignoring comments, strings and
-directives. The SASS census reads `cuobjdump -sass` per function. Presence
+directives. The SASS census reads each function's listing (engine.sass). Presence
 counts, never numbers: ptxas unrolls and deletes.
+
+Requested families are judged on what runs: given the launched entries, only
+their code and the functions they can reach (engine.ptx_calls) count, in the
+PTX and in the SASS; the module-wide census stays as information, and a family
+found only in code no launch runs is reported as missing, with where it is.
 """
 
 from __future__ import annotations
 
 import re
-import tempfile
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
-from ptxbench.engine.cache import Cache, content_key
+from ptxbench.engine.cache import Cache
 from ptxbench.engine.categories import OK
 from ptxbench.engine.families import BY_NAME, get_family, ptx_families, sass_families
-from ptxbench.engine.toolchain import ToolchainError, find_tool, run_tool, tool_env, tool_version
-
-DISASSEMBLE_TIMEOUT_S = 120.0
+from ptxbench.engine.ptx_calls import ptx_functions, reachable
+from ptxbench.engine.sass import disassemble, sass_census
 
 _BLOCK_COMMENT = re.compile(r"/\*.*?\*/", re.S)
 _LINE_COMMENT = re.compile(r"//[^\n]*")
@@ -31,12 +33,6 @@ _LINE_DIRECTIVE = re.compile(r"^[ \t]*\.(loc|file|version|target|address_size|se
 _LABEL = re.compile(r"^[A-Za-z_$%][\w$]*\s*:(?!:)\s*")
 _GUARD = re.compile(r"^@!?[%\w$]+\s+")
 _OPCODE = re.compile(r"^([a-z][\w]*(?:(?:\.|::)\w+)*)")
-
-_SASS_FUNCTION = re.compile(r"^\s*Function\s*:\s*(\S+)")
-_SASS_INSN = re.compile(
-    r"^\s*/\*[0-9a-fA-F]+\*/\s+(?:\{\s*)?(?:@!?U?P(?:[0-7]|T)\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Za-z0-9_]+)*)"
-)
-
 
 def _statement_opcode(stmt: str) -> str | None:
     s = stmt.strip()
@@ -98,42 +94,6 @@ def ptx_census(ptx: str) -> Counter[str]:
     return found
 
 
-def sass_census(sass: str) -> dict[str, Counter[str]]:
-    """Function name → SASS opcode (with modifiers) → occurrences, from `cuobjdump -sass` text."""
-    functions: dict[str, Counter[str]] = {}
-    current: Counter[str] | None = None
-    for line in sass.splitlines():
-        if m := _SASS_FUNCTION.match(line):
-            current = functions.setdefault(m.group(1), Counter())
-            continue
-        if current is not None and (m := _SASS_INSN.match(line)):
-            current[m.group(1)] += 1
-    return functions
-
-
-def disassemble(cubin: bytes, *, cache: Cache | None = None, timeout: float = DISASSEMBLE_TIMEOUT_S) -> str:
-    """`cuobjdump -sass` of a cubin. A failure here is the toolchain's, never the candidate's:
-    the cubin came out of ptxas."""
-    versions = {"cuobjdump": tool_version("cuobjdump"), "nvdisasm": tool_version("nvdisasm")}
-    key = content_key(cubin, versions=versions, stage="sass")
-    if cache is not None:
-        hit = cache.get(key, blobs=("sass",))
-        if hit is not None and "sass" in hit[1]:
-            return hit[1]["sass"].decode("utf-8", "replace")
-    with tempfile.TemporaryDirectory(prefix="ptxbench-sass-") as tmp:
-        path = Path(tmp) / "candidate.cubin"
-        path.write_bytes(cubin)
-        run = run_tool([str(find_tool("cuobjdump")), "-sass", path.name], timeout=timeout, cwd=tmp, env=tool_env())
-    if run.timed_out:
-        raise ToolchainError("cuobjdump", f"did not finish within {timeout:g} s", "")
-    if run.returncode != 0 or "fatal" in run.stderr:
-        tool = "nvdisasm" if "nvdisasm" in run.stderr else "cuobjdump"
-        raise ToolchainError(tool, f"cuobjdump -sass failed: {run.output.strip()[:300]}")
-    if cache is not None:
-        cache.put(key, {"stage": "sass", "versions": versions}, {"sass": run.stdout.encode("utf-8")})
-    return run.stdout
-
-
 @dataclass
 class FamilyRow:
     family: str
@@ -142,6 +102,21 @@ class FamilyRow:
     in_sass: bool | None  # None: the family has no SASS signature (kind "none") or there is no SASS
     ok: bool
     missing: str | None  # "ptx" or "sass" when not ok
+    elsewhere: list[str] = field(default_factory=list)  # entries no launch runs that have the family
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class EntryFamilies:
+    """What one entry can run: itself and the functions it reaches, with their families."""
+
+    entry: str
+    launched: bool
+    reaches: list[str]
+    ptx_families: list[str]
+    sass_families: list[str] | None  # None: no SASS
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -173,6 +148,8 @@ class InspectResult:
     sass_families: list[str] = field(default_factory=list)
     rows: list[FamilyRow] = field(default_factory=list)
     required_missing: list[dict[str, str]] = field(default_factory=list)  # {"family", "missing": ptx|sass}
+    entries: list[EntryFamilies] = field(default_factory=list)
+    launched: list[str] | None = None  # the entries the verdict is about; None: the whole module
     sass: str = ""
     evidence: str = ""
     seconds: dict[str, float] = field(default_factory=dict)
@@ -188,6 +165,8 @@ class InspectResult:
             "sass_families": list(self.sass_families),
             "families": [r.to_dict() for r in self.rows],
             "required_missing": [dict(x) for x in self.required_missing],
+            "entries": [e.to_dict() for e in self.entries],
+            "launched": list(self.launched) if self.launched is not None else None,
             "ptx_opcodes": dict(self.ptx_opcodes),
             "sass_opcodes": {k: dict(v) for k, v in self.sass_opcodes.items()},
             "sass": self.sass if with_sass else None,
@@ -197,10 +176,12 @@ class InspectResult:
 
 
 def inspect(ptx: str, cubin: bytes | None, require: list[str] | tuple[str, ...] = (), *,
-            sass: str | None = None, cache: Cache | None = None) -> InspectResult:
+            sass: str | None = None, cache: Cache | None = None,
+            launched: list[str] | tuple[str, ...] | None = None) -> InspectResult:
     """Census of the PTX and (when there is a cubin) the SASS, and one row per requested family.
 
-    Unknown family names raise ValueError: they are the caller's mistake, not the candidate's."""
+    `launched` names the entries that run (the launch manifest's); without it the whole module
+    counts. Unknown family names raise ValueError: they are the caller's mistake, not the candidate's."""
     unknown = [f for f in require if f not in BY_NAME]
     if unknown:
         raise ValueError(f"unknown families: {', '.join(unknown)} (known: {', '.join(BY_NAME)})")
@@ -211,15 +192,26 @@ def inspect(ptx: str, cubin: bytes | None, require: list[str] | tuple[str, ...] 
     if sass is None and cubin is not None:
         t1 = time.perf_counter()
         sass = disassemble(cubin, cache=cache)
-        seconds["cuobjdump"] = time.perf_counter() - t1
+        seconds["nvdisasm"] = time.perf_counter() - t1
     t2 = time.perf_counter()
     per_function = sass_census(sass) if sass is not None else {}
-    all_sass: set[str] = set()
-    for ops in per_function.values():
-        all_sass |= set(ops)
     found_ptx = ptx_families(set(ptx_ops))
-    found_sass = sass_families(all_sass) if sass is not None else []
-    rows = [family_row(f, set(found_ptx), set(found_sass) if sass is not None else None) for f in dict.fromkeys(require)]
+    found_sass = sass_families({op for ops in per_function.values() for op in ops}) if sass is not None else []
+    entries, outside = _entry_families(ptx, per_function if sass is not None else None, launched)
+    if launched is None:
+        judged_ptx, judged_sass = set(found_ptx), (set(found_sass) if sass is not None else None)
+    else:
+        runs = [e for e in entries if e.launched]
+        judged_ptx = {f for e in runs for f in e.ptx_families}
+        judged_sass = {f for e in runs for f in (e.sass_families or [])} if sass is not None else None
+    rows = []
+    for name in dict.fromkeys(require):
+        row = family_row(name, judged_ptx, judged_sass)
+        if not row.ok and launched is not None:
+            row.elsewhere = [fn for fn, fams in outside.items() if name in fams]
+            if name in found_ptx and row.kind != "none":
+                row.missing = "sass"   # in the module's PTX, but not in the machine code that runs
+        rows.append(row)
     missing = [{"family": r.family, "missing": r.missing} for r in rows if not r.ok and r.missing]
     if any(m["missing"] == "ptx" for m in missing):
         category = "required_missing_ptx"
@@ -227,7 +219,7 @@ def inspect(ptx: str, cubin: bytes | None, require: list[str] | tuple[str, ...] 
         category = "required_missing_sass"
     else:
         category = OK
-    evidence = "; ".join(_missing_sentence(m["family"], m["missing"]) for m in missing)
+    evidence = "; ".join(_missing_sentence(r, launched) for r in rows if not r.ok and r.missing)
     seconds["sass_census"] = time.perf_counter() - t2
     return InspectResult(
         category=category,
@@ -237,14 +229,51 @@ def inspect(ptx: str, cubin: bytes | None, require: list[str] | tuple[str, ...] 
         sass_families=found_sass,
         rows=rows,
         required_missing=missing,
+        entries=entries,
+        launched=list(launched) if launched is not None else None,
         sass=sass or "",
         evidence=evidence,
         seconds=seconds,
     )
 
 
-def _missing_sentence(name: str, side: str) -> str:
-    fam = get_family(name)
-    if side == "ptx":
-        return f"{name}: no {fam.ptx_text} in the PTX"
-    return f"{name}: {fam.ptx_text} is in the PTX but no {fam.sass_text} in the SASS (dead code, or dropped by ptxas)"
+def _entry_families(ptx: str, per_function: dict[str, Counter[str]] | None,
+                    launched: list[str] | tuple[str, ...] | None
+                    ) -> tuple[list[EntryFamilies], dict[str, set[str]]]:
+    """Each entry's reach and families; and, when `launched` is given, the families of every
+    function that no launched entry reaches (by name)."""
+    functions = ptx_functions(ptx)
+
+    def families_of(names: list[str]) -> tuple[list[str], list[str] | None]:
+        ptx_ops = set().union(*(set(ptx_census(functions[n].body)) for n in names if n in functions))
+        if per_function is None:
+            return ptx_families(ptx_ops), None
+        return ptx_families(ptx_ops), sass_families(set().union(*(set(per_function.get(n, ())) for n in names)))
+
+    entries = []
+    for name, f in functions.items():
+        if f.kind == "entry":
+            reach = reachable(functions, name)
+            in_ptx, in_sass = families_of(reach)
+            entries.append(EntryFamilies(name, launched is None or name in launched, reach, in_ptx, in_sass))
+    outside: dict[str, set[str]] = {}
+    if launched is not None:
+        run = {n for e in entries if e.launched for n in e.reaches}
+        for name in functions:
+            if name not in run:
+                in_ptx, in_sass = families_of([name])
+                outside[name] = set(in_ptx) | set(in_sass or ())
+    return entries, outside
+
+
+def _missing_sentence(row: FamilyRow, launched: list[str] | tuple[str, ...] | None) -> str:
+    fam = get_family(row.family)
+    if row.elsewhere:
+        where = ", ".join(row.elsewhere)
+        runs = ", ".join(launched or ()) or "none"
+        return (f"{row.family}: only in {where}, which no launch runs or reaches; the launched code ({runs}) has no "
+                + (f"{fam.sass_text} in its SASS" if row.missing == "sass" else f"{fam.ptx_text} in its PTX"))
+    if row.missing == "ptx":
+        return f"{row.family}: no {fam.ptx_text} in the PTX" + (" of the launched code" if launched else "")
+    return (f"{row.family}: {fam.ptx_text} is in the PTX but no {fam.sass_text} in the SASS "
+            "(dead code, or dropped by ptxas)")

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
+from ptxbench.engine.cuda_build import BuildError, BuildSpec, parse_build
 from ptxbench.engine.ptx_params import (  # noqa: F401  (part of this module's interface)
     EntryParam,
     ParamKind,
@@ -98,6 +99,7 @@ class Manifest:
     launches: tuple[Launch, ...] = ()
     tensor_maps: dict[str, TensorMapSpec] = field(default_factory=dict)
     scratch: dict[str, ScratchSpec] = field(default_factory=dict)
+    build: BuildSpec | None = None        # defines and flags for nvcc (CUDA candidates only)
 
     def to_dict(self) -> dict[str, Any]:
         """The manifest in docs/candidate.md's JSON form; fields left unset are omitted."""
@@ -110,6 +112,8 @@ class Manifest:
             out["tensor_maps"] = {k: clean(asdict(v)) for k, v in self.tensor_maps.items()}
         if self.scratch:
             out["scratch"] = {k: clean(asdict(v)) for k, v in self.scratch.items()}
+        if self.build is not None:
+            out["build"] = self.build.to_dict()
         return out
 
     def to_json(self) -> str:
@@ -256,14 +260,19 @@ def parse_manifest(source: str | bytes | Mapping[str, Any]) -> Manifest:
             raise ManifestError(f"not valid JSON: {type(exc).__name__}") from None
     else:
         data = source
-    d = _fields(data, "manifest", ("launches", "tensor_maps", "scratch"))
+    d = _fields(data, "manifest", ("launches", "tensor_maps", "scratch", "build"))
     launches = d.get("launches", [])
     if not isinstance(launches, list):
         raise ManifestError(f"launches: expected a list, got {_tname(launches)}")
+    try:
+        build = parse_build(d["build"]) if "build" in d else None
+    except BuildError as exc:
+        raise ManifestError(str(exc)) from None
     return Manifest(
         launches=tuple(_launch(x, f"launches[{i}]") for i, x in enumerate(launches)),
         tensor_maps=_named(d.get("tensor_maps", {}), "tensor_maps", _tensor_map),
         scratch=_named(d.get("scratch", {}), "scratch", _scratch),
+        build=build,
     )
 
 
@@ -299,7 +308,8 @@ def merge(default: Manifest, override: Manifest | None) -> Manifest:
         launches = tuple(filled)
     return Manifest(launches=launches,
                     tensor_maps={**default.tensor_maps, **override.tensor_maps},
-                    scratch={**default.scratch, **override.scratch})
+                    scratch={**default.scratch, **override.scratch},
+                    build=override.build if override.build is not None else default.build)
 
 
 # -- resolving ------------------------------------------------------------------

@@ -32,9 +32,8 @@ from ptxbench.engine.gpu.protocol import (
     ArgPlan, DeviceInfo, Job, LaunchPlan, ScratchPlan, SizePlan, SizeResult, TensorMapPlan,
     TimingConfig,
 )
-from ptxbench.engine.manifest import (
-    LaunchConfigError, ManifestError, ResolvedManifest, default_manifest, merge, param_problems, resolve,
-)
+from ptxbench.engine.launch_check import check_launches
+from ptxbench.engine.manifest import ResolvedManifest
 from ptxbench.engine.runner import Runner, WorkerUnavailable
 from ptxbench.engine.static import StaticVerdict, judge_static
 from ptxbench.tasks.spec import TaskSpec, get_task
@@ -148,27 +147,15 @@ def size_plan(resolved: ResolvedManifest, split: str, *, seeds: tuple[int, ...],
 def plan_sizes(candidate: Candidate | None, task: TaskSpec, ptx: str, num_sms: int, *,
                seeds: tuple[int, ...] = (1, 2, 3),
                sizes: list[tuple[str, dict[str, int]]] | None = None,
+               resources: dict[str, dict[str, Any]] | None = None,
                ) -> tuple[list[SizePlan], list[SizeMeasurement]]:
-    """Resolve the candidate's manifest at every size: plans to run, and sizes already decided (bad manifest)."""
-    plans: list[SizePlan] = []
-    decided: list[SizeMeasurement] = []
-    try:
-        manifest = merge(default_manifest(task), candidate.manifest if candidate is not None else None)
-    except ManifestError as exc:
-        return [], [SizeMeasurement(split, dict(s), "bad_manifest", message=str(exc))
-                    for split, s in (sizes or task.all_sizes())]
-    for split, s in sizes or task.all_sizes():
-        try:
-            resolved = resolve(manifest, task, s, num_sms)
-        except (ManifestError, LaunchConfigError) as exc:
-            decided.append(SizeMeasurement(split, dict(s), exc.category, message=str(exc)))  # type: ignore[attr-defined]
-            continue
-        problems = param_problems(resolved, ptx)
-        if problems:
-            category = worst([c for c, _ in problems])
-            decided.append(SizeMeasurement(split, dict(s), category, message="; ".join(m for _, m in problems)))
-            continue
-        plans.append(size_plan(resolved, split, seeds=seeds, timed=dict(s) == dict(task.headline)))
+    """Resolve the candidate's manifest at every size: plans to run, and sizes already decided
+    (engine.launch_check, the same check the static verdict makes)."""
+    checked = check_launches(candidate, task, ptx, num_sms=num_sms, resources=resources, sizes=sizes)
+    plans = [size_plan(c.resolved, c.split, seeds=seeds, timed=c.sizes == dict(task.headline))
+             for c in checked.sizes if c.resolved is not None]
+    decided = [SizeMeasurement(c.split, dict(c.sizes), c.category, message=c.message)
+               for c in checked.sizes if c.resolved is None]
     return plans, decided
 
 
@@ -225,7 +212,8 @@ def judge(
     cand = static.candidate
     seeds = seeds or session_seeds()
     out.evidence["seeds"] = list(seeds)
-    plans, decided = plan_sizes(cand, spec, static.ptx, device.num_sms, seeds=seeds, sizes=sizes)
+    plans, decided = plan_sizes(cand, spec, static.ptx, device.num_sms, seeds=seeds, sizes=sizes,
+                                resources=static.resources)
     measured = _run_plans(runner, spec, static.cubin, plans, timing or TimingConfig(), launch_timeout_s, budget_s,
                           note, out)
     out.measurements = _in_size_order(spec, sizes, decided + measured)

@@ -16,9 +16,13 @@ from typing import TYPE_CHECKING, Any
 from ptxbench.engine.assemble import PTXAS_ARCHES, AssembleResult, assemble, ptx_header
 from ptxbench.engine.cache import Cache
 from ptxbench.engine.candidate import Candidate
-from ptxbench.engine.categories import OK
+from ptxbench.engine.categories import OK, worst
+from ptxbench.engine.cuda_build import nvcc_flags
 from ptxbench.engine.extract import ExtractResult, load_candidate_file
-from ptxbench.engine.inspect import FamilyRow, inspect
+from ptxbench.engine.inspect import EntryFamilies, FamilyRow, inspect
+from ptxbench.engine.launch_check import check_launches
+from ptxbench.engine.ptx_params import parse_entry_params
+from ptxbench.engine.static_cache import verdict_key
 from ptxbench.engine.toolchain import tool_versions
 
 if TYPE_CHECKING:
@@ -43,8 +47,13 @@ class StaticVerdict:
     sass_families: list[str] = field(default_factory=list)
     families: list[FamilyRow] = field(default_factory=list)
     required_missing: list[dict[str, str]] = field(default_factory=list)
+    launched: list[str] | None = None  # the entries the launch manifest runs; None: no manifest, the whole module
+    entries: list[EntryFamilies] = field(default_factory=list)  # each entry's reach and families
+    launch_problems: list[dict[str, Any]] = field(default_factory=list)  # sizes whose launch cannot work
     resources: dict[str, dict[str, Any]] = field(default_factory=dict)
     warnings: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # where the cubin can run (engine.assemble.driver_notes)
+    commands: dict[str, list[str]] = field(default_factory=dict)  # what nvcc and ptxas were given
     evidence: str = ""
     evidence_line: int | None = None
     evidence_source: str = ""
@@ -77,8 +86,13 @@ class StaticVerdict:
             "sass_families": list(self.sass_families),
             "families": [r.to_dict() for r in self.families],
             "required_missing": [dict(m) for m in self.required_missing],
+            "launched": list(self.launched) if self.launched is not None else None,
+            "entries": [e.to_dict() for e in self.entries],
+            "launch_problems": [dict(p) for p in self.launch_problems],
             "resources": self.resources,
             "warnings": self.warnings,
+            "notes": list(self.notes),
+            "commands": {k: list(v) for k, v in self.commands.items()},
             "evidence": self.evidence,
             "evidence_line": self.evidence_line,
             "evidence_source": self.evidence_source,
@@ -94,6 +108,29 @@ class StaticVerdict:
             d["ptx"] = self.ptx
             d["sass"] = self.sass
         return d
+
+    def for_cache(self) -> tuple[dict[str, Any], dict[str, bytes]]:
+        """The verdict as a cache entry: a report, and the PTX, SASS and cubin as blobs."""
+        report = self.to_dict()
+        for key in ("task_id", "origin", "extract_evidence", "cached", "seconds", "cubin"):
+            report.pop(key, None)
+        blobs = {"ptx": self.ptx.encode("utf-8", "surrogatepass"), "sass": self.sass.encode("utf-8")}
+        if self.cubin is not None:
+            blobs["cubin"] = self.cubin
+        report["has_cubin"] = self.cubin is not None
+        return report, blobs
+
+    def restore(self, report: dict[str, Any], blobs: dict[str, bytes]) -> None:
+        """Fill this verdict (made for the same candidate) from a cache entry of `for_cache`."""
+        for name in ("category", "stage", "language", "require", "ptx_families", "sass_families",
+                     "required_missing", "launched", "launch_problems", "resources", "warnings", "notes",
+                     "commands", "evidence", "evidence_line", "evidence_source", "assembler_log", "tool_versions"):
+            setattr(self, name, report[name])
+        self.families = [FamilyRow(**r) for r in report["families"]]
+        self.entries = [EntryFamilies(**e) for e in report["entries"]]
+        self.ptx = blobs.get("ptx", b"").decode("utf-8", "surrogatepass")
+        self.sass = blobs.get("sass", b"").decode("utf-8")
+        self.cubin = blobs.get("cubin") if report.get("has_cubin") else None
 
     def to_json(self, *, with_text: bool = False, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(with_text=with_text), indent=indent, default=str)
@@ -139,6 +176,34 @@ def judge_static(
     file cannot be read, ValueError for an unknown arch or family name.
     """
     started = time.perf_counter()
+    verdict, candidate, spec, seconds = _front(candidate_or_file, task, arch, require, manifest_path)
+    if candidate is None:
+        verdict.seconds = {**seconds, "total": time.perf_counter() - started}
+        return verdict
+    wanted, the_arch = verdict.require, verdict.arch
+    verdict.language = candidate.language
+    verdict.origin = candidate.origin
+    store = (cache if cache is not None else Cache()) if use_cache else None
+    key = verdict_key(candidate, the_arch, wanted, spec) if store is not None else None
+    if store is not None and key is not None:
+        hit = store.get(key, blobs=("cubin", "ptx", "sass"))
+        if hit is not None:
+            verdict.restore(*hit)
+            verdict.cached = True
+            verdict.seconds = {**seconds, "total": time.perf_counter() - started}
+            return verdict
+    timed_out = _judge_candidate(verdict, candidate, spec, wanted, store, seconds)
+    verdict.seconds = {**seconds, "total": time.perf_counter() - started}
+    if store is not None and key is not None and not timed_out:
+        store.put(key, *verdict.for_cache())
+    return verdict
+
+
+def _front(candidate_or_file: Candidate | ExtractResult | str | Path, task: TaskSpec | str | None,
+           arch: str | None, require: list[str] | tuple[str, ...] | None, manifest_path: str | Path | None,
+           ) -> tuple[StaticVerdict, Candidate | None, TaskSpec | None, dict[str, float]]:
+    """The candidate (extracted when need be), its task, arch and requested families, in a verdict
+    that is final already when there is no candidate."""
     spec = _resolve_task(task)
     seconds: dict[str, float] = {}
     extracted: ExtractResult | None = None
@@ -166,13 +231,17 @@ def judge_static(
         assert extracted is not None
         verdict.category = extracted.category
         verdict.evidence = str(extracted.evidence.get("reason", "")) or extracted.category
-        verdict.seconds = {**seconds, "total": time.perf_counter() - started}
-        return verdict
+    return verdict, candidate, spec, seconds
 
-    verdict.language = candidate.language
-    verdict.origin = candidate.origin
-    store = (cache if cache is not None else Cache()) if use_cache else None
-    asm: AssembleResult = assemble(candidate.code, candidate.language, the_arch, cache=store)
+
+
+def _judge_candidate(verdict: StaticVerdict, candidate: Candidate, spec: TaskSpec | None, wanted: list[str],
+                     store: Cache | None, seconds: dict[str, float]) -> bool:
+    """Assemble and inspect into `verdict`; True when a tool hit its deadline (not to be cached)."""
+    the_arch = verdict.arch
+    build = candidate.manifest.build if candidate.manifest is not None else None
+    asm: AssembleResult = assemble(candidate.code, candidate.language, the_arch, cache=store,
+                                   nvcc_flags=nvcc_flags(build))
     seconds["assemble"] = asm.seconds.get("total", 0.0)
     for tool in ("nvcc", "ptxas"):
         if tool in asm.seconds:
@@ -183,6 +252,11 @@ def judge_static(
     verdict.resources = {k: v.to_dict() for k, v in asm.resources.items()}
     verdict.warnings = [m.to_dict() for m in asm.warnings]
     verdict.assembler_log = asm.log
+    verdict.notes = list(asm.notes)
+    verdict.commands = {k: list(v) for k, v in asm.commands.items()}
+    if build is not None and candidate.language == "ptx":
+        verdict.notes.append("the manifest's build options (defines, flags) apply to CUDA candidates; "
+                             "this PTX candidate is assembled without them")
     verdict.tool_versions = dict(asm.tool_versions)
     verdict.cached = asm.cached
     if not asm.ok:
@@ -194,11 +268,13 @@ def judge_static(
             # The families a failed module reaches for are still worth showing.
             census = inspect(asm.ptx, None, [], cache=store)
             verdict.ptx_families = census.ptx_families
-        verdict.seconds = {**seconds, "total": time.perf_counter() - started}
-        return verdict
+        return asm.timed_out
 
     t = time.perf_counter()
-    result = inspect(asm.ptx, asm.cubin, wanted, cache=store)
+    launch = check_launches(candidate, spec, asm.ptx, arch=the_arch, resources=verdict.resources) \
+        if spec is not None else None
+    launched = _launched(candidate, launch)
+    result = inspect(asm.ptx, asm.cubin, wanted, cache=store, launched=launched)
     seconds["inspect"] = time.perf_counter() - t
     verdict.stage = "inspect"
     verdict.sass = result.sass
@@ -206,8 +282,44 @@ def judge_static(
     verdict.sass_families = result.sass_families
     verdict.families = result.rows
     verdict.required_missing = result.required_missing
+    verdict.launched = result.launched
+    verdict.entries = result.entries
     verdict.category = result.category
     verdict.evidence = result.evidence
-    verdict.tool_versions.update(tool_versions(("cuobjdump", "nvdisasm")))
-    verdict.seconds = {**seconds, "total": time.perf_counter() - started}
-    return verdict
+    _judge_launches(verdict, candidate, launch, asm.ptx)
+    verdict.tool_versions.update(tool_versions(("nvdisasm",)))
+    return False
+
+
+def _launched(candidate: Candidate, launch: Any) -> list[str] | None:
+    """The entries that run: the merged manifest's with a task, the candidate's own without one."""
+    if launch is not None:
+        return launch.launched or None
+    if candidate.manifest is not None and candidate.manifest.launches:
+        return list(dict.fromkeys(x.entry for x in candidate.manifest.launches))
+    return None
+
+
+def _judge_launches(verdict: StaticVerdict, candidate: Candidate, launch: Any, ptx: str) -> None:
+    """The launch manifest against the module: what the GPU stage would refuse before running
+    anything decides the verdict when it comes first (engine/categories.py orders them)."""
+    if launch is None:
+        # No task, so no sizes: only whether the candidate's own launches name real entries.
+        if verdict.launched:
+            entries = parse_entry_params(ptx)
+            absent = [e for e in verdict.launched if e not in entries]
+            if absent:
+                verdict.launch_problems = [{"split": None, "sizes": {}, "category": "entry_missing",
+                                            "message": f"no .entry {absent[0]!r} in the module "
+                                                       f"(entries: {', '.join(entries) or 'none'})"}]
+                verdict.category, verdict.evidence = "entry_missing", verdict.launch_problems[0]["message"]
+        return
+    verdict.launch_problems = [c.to_dict() for c in launch.sizes if c.category != OK]
+    first = launch.first_failure("train")
+    if first is not None and worst([first.category, verdict.category]) == first.category:
+        verdict.category = first.category
+        verdict.evidence = f"{first.message} (train size {_size_text(first.sizes)})"
+
+
+def _size_text(sizes: dict[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sizes.items())

@@ -30,10 +30,10 @@ ENV_OVERRIDE: dict[str, str] = {
 # The wheels that provide each tool, pinned as in pyproject.toml. nvcc needs
 # the front end (crt), cicc (nvvm) and the runtime headers beside it.
 PIP_INSTALL: dict[str, str] = {
-    "ptxas": "pip install nvidia-cuda-nvcc==13.0.88",
+    "ptxas": "pip install nvidia-cuda-nvcc==13.5.37",
     "nvcc": (
-        "pip install nvidia-cuda-nvcc==13.0.88 nvidia-cuda-crt==13.0.88 "
-        "nvidia-nvvm==13.0.88 nvidia-cuda-runtime==13.0.96"
+        "pip install nvidia-cuda-nvcc==13.5.37 nvidia-cuda-crt==13.5.37 "
+        "nvidia-nvvm==13.5.37 nvidia-cuda-runtime==13.5.37"
     ),
     "cuobjdump": "pip install nvidia-cuda-cuobjdump==13.5.37",
     "nvdisasm": "pip install nvidia-cuda-nvdisasm==13.5.37",
@@ -129,7 +129,7 @@ def _version_of(path: str, mtime_ns: int) -> str:
 
 
 def tool_version(tool: str) -> str:
-    """For example "13.0.88"; cached per binary (path and modification time)."""
+    """For example "13.5.37"; cached per binary (path and modification time)."""
     path = find_tool(tool)
     return _version_of(str(path), path.stat().st_mtime_ns)
 

@@ -116,6 +116,16 @@ def _static_fields(static: StaticVerdict) -> dict[str, Any]:
         evidence["source_line"] = static.evidence_source
     if static.extract_evidence:
         evidence["extract"] = static.extract_evidence
+    if static.commands:
+        evidence["commands"] = {k: list(v) for k, v in static.commands.items()}
+    if static.notes:
+        evidence["notes"] = list(static.notes)
+    if static.launched is not None:
+        evidence["launched"] = list(static.launched)
+    if static.entries:
+        evidence["entries"] = [e.to_dict() for e in static.entries]
+    if static.launch_problems:
+        evidence["launch_problems"] = [dict(p) for p in static.launch_problems]
     if missing:
         evidence["required_missing"] = [dict(m) for m in missing]
     return dict(

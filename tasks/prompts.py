@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ptxbench.tasks.spec import TaskSpec
 
-PROMPT_VERSION = "ptxbench-prompts/1"
+PROMPT_VERSION = "ptxbench-prompts/2"
 CONTEXT_LEVELS: tuple[str, ...] = ("none", "brief", "full")
 NOTES_DIR = Path(__file__).resolve().parent / "prompts"
 
@@ -150,8 +150,8 @@ def system_message(task: TaskSpec) -> str:
 _FORMAT = """## What to answer
 
 The candidate is one of:
-- a whole PTX module: `.version` (ptxas 13.0 accepts up to 9.0; {arch} needs at least {min_version}), `.target {arch}`, `.address_size 64`, one or more `.visible .entry` kernels; or
-- CUDA C++ device code with inline PTX (`asm volatile`): kernels declared `extern "C" __global__` so their names are stable; the harness runs `nvcc -gencode=arch=compute_{cc},code={arch} -ptx` on it and judges the PTX that comes out. Only CUDA's own headers are available.
+- a whole PTX module: `.version` (ptxas 13.5 accepts up to 9.5; {arch} needs at least {min_version}), `.target {arch}`, `.address_size 64`, one or more `.visible .entry` kernels; or
+- CUDA C++ device code with inline PTX (`asm volatile`): kernels declared `extern "C" __global__` so their names are stable; the harness runs `nvcc -gencode=arch=compute_{cc},code={arch} -ptx -std=c++20 --expt-relaxed-constexpr` on it and judges the PTX that comes out; a manifest `build` object adds `-D` defines (`defines`: a list of NAME or NAME=VALUE) and device-code flags (`flags`, from: `-std=c++17`, `--use_fast_math`, `-lineinfo`, `--ftz=`, `--prec-div=`, `--prec-sqrt=`, `--fmad=` true or false, `--extended-lambda`, `--restrict`). Only CUDA's own headers are available.
 
 The launch manifest (a ```json block whose object has a `launches` key) says how to launch what you wrote. Every field is optional except `launches[*].entry`; the defaults below fill the rest. A `launches` list you give replaces the default list as a whole; `tensor_maps` and `scratch` are added to the defaults.
 - `launches`: run in order on one stream: `entry`, `grid`, `block`, `cluster` (1–3 values each; `[1,1,1]` = no cluster), `shared_bytes` (dynamic shared memory; above 48 KiB the harness raises the limit), `args`.

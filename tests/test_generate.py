@@ -157,8 +157,10 @@ def test_run_over_hopper_tasks_three_turns_two_contexts(tmp_path: Path, store) -
             if task.startswith("attn"):
                 t1, t2, t3 = (turns[(task, n)] for n in (1, 2, 3))
                 assert (t2.parent_id, t3.parent_id) == (t1.id, t2.id) and t1.parent_id is None
+                # Turn 3 answers with the vector-add expert, whose manifest passes tensors (X, Y, Z) the
+                # attention task does not have: bad_manifest, as the GPU stage would say before launching.
                 assert [latest_evaluation(store, t.id).category for t in (t1, t2, t3)] == [
-                    "no_candidate", "no_candidate", "required_missing_ptx"]
+                    "no_candidate", "no_candidate", "bad_manifest"]
                 assert t2.response.startswith("{") and t2.language == "none"   # the truncated body, kept raw
                 assert t3.language == "ptx" and ".entry vector_add" in t3.code
     # The endpoint saw the parameters, the key and, at turn 2, the judgement of turn 1.

@@ -18,7 +18,7 @@ from ptxbench.tasks.spec import FAMILIES, TaskSpec, TensorSpec, Tolerance, all_t
 
 # The digest of every prompt text a fixed task gives at every level, per PROMPT_VERSION.
 # Changing the template or a note changes it: bump PROMPT_VERSION and record the new digest.
-RECORDED = {"ptxbench-prompts/1": "2fc30bfc7e7859dd"}
+RECORDED = {"ptxbench-prompts/1": "2fc30bfc7e7859dd", "ptxbench-prompts/2": "8a71ef3ffceee161"}
 
 
 def _sizes_text(sizes: dict[str, int]) -> str:
@@ -41,7 +41,7 @@ def test_every_task_and_level_states_format_interface_and_train_sizes_only(task:
             if sizes not in task.train:
                 assert _sizes_text(sizes) not in text, f"{task.id}/{level} shows a held-out size"
         # The candidate format and the default launch, as JSON that parses back to the spec's.
-        assert "`.target " + task.arch + "`" in p.user and "up to 9.0" in p.user
+        assert "`.target " + task.arch + "`" in p.user and "up to 9.5" in p.user
         assert 'extern "C" __global__' in p.user
         block = re.search(r"Default launch manifest for this task:\n```json\n(.*?)\n```", p.user, re.S)
         assert block and json.loads(block.group(1)) == task.launch
@@ -66,7 +66,7 @@ def test_levels_differ_as_documented() -> None:
     # full = brief + notes: the notes are the only addition.
     assert len(full) > len(brief) + 5000
     for fact in ("bits 62–63", "SBO = 1024", "wgmma.wait_group", "mbarrier.try_wait.parity", "expect_tx",
-                 "fence.proxy.async.shared::cta", "cp.async.bulk.tensor.2d", "setmaxnreg", ".version` up to 9.0"):
+                 "fence.proxy.async.shared::cta", "cp.async.bulk.tensor.2d", "setmaxnreg", ".version` up to 9.5"):
         assert fact in full, fact
 
 
@@ -87,7 +87,7 @@ def test_every_family_has_a_hint() -> None:
 
 def test_header_note_states_what_ptxas_accepts() -> None:
     header = (NOTES_DIR / "header.md").read_text()
-    assert "up to 9.0" in header and "`sm_90a` needs at least 8.0" in header and "`sm_100a`\n  at least 8.6" in header
+    assert "up to 9.5" in header and "`sm_90a` needs at least 8.0" in header and "`sm_100a`\n  at least 8.6" in header
 
 
 def test_unknown_level_is_refused() -> None:

@@ -47,7 +47,9 @@ def test_syntax_error_shows_the_lines_before_the_reported_one() -> None:
 
 def test_missing_families_are_listed_with_where_they_are_missing() -> None:
     vec = (SOLUTIONS / "vector_add_smoke" / "kernel.ptx").read_text()
-    evaluation = _judged(f"```ptx\n{vec}```", "gemm_bf16_sm90a")
+    # Launched as the manifest says (four arguments that fit its parameters), so only the families are missing.
+    launch = '{"launches": [{"entry": "vector_add", "args": ["A", "B", "C", "i32:M"]}]}'
+    evaluation = _judged(f"```ptx\n{vec}```\n```json\n{launch}\n```\n", "gemm_bf16_sm90a")
     assert evaluation.category == "required_missing_ptx" and evaluation.uses_ptx is False
     text = feedback_message(get_task("gemm_bf16_sm90a"), evaluation, [])
     for family in ("wgmma", "tma", "mbarrier"):

@@ -36,8 +36,8 @@ def test_tools_come_from_the_nvidia_wheels(tool, monkeypatch):
 
 def test_versions_are_the_pinned_releases():
     versions = tool_versions()
-    assert versions["ptxas"].startswith("13.0.")
-    assert versions["nvcc"].startswith("13.0.")
+    assert versions["ptxas"].startswith("13.5.")
+    assert versions["nvcc"].startswith("13.5.")
     assert versions["cuobjdump"].startswith("13.")
     assert versions["nvdisasm"].startswith("13.")
     assert check_toolchain() == versions
@@ -57,7 +57,7 @@ def test_env_override_wins(tmp_path, monkeypatch):
     shutil.copy2(real, copy)
     monkeypatch.setenv("PTXBENCH_PTXAS", str(copy))
     assert find_tool("ptxas") == copy
-    assert tool_version("ptxas").startswith("13.0.")
+    assert tool_version("ptxas").startswith("13.5.")
 
 
 def test_env_override_that_is_not_a_program_names_the_variable(tmp_path, monkeypatch):
@@ -107,7 +107,7 @@ def test_run_tool_kills_the_whole_group_at_the_deadline(tmp_path):
 def test_run_tool_reports_output_and_status():
     run = run_tool([str(find_tool("ptxas")), "--version"], timeout=30)
     assert run.returncode == 0 and not run.timed_out
-    assert "release 13.0" in run.output
+    assert "release 13.5" in run.output
 
 
 def test_run_tool_on_a_missing_program_is_a_toolchain_error(tmp_path):

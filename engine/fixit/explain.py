@@ -29,7 +29,7 @@ WHY: dict[str, str] = {
     "ambiguous_candidate": "Exactly one kernel block (and at most one manifest block) lets the harness tell what to judge.",
     "bad_manifest": "The launch manifest must be valid JSON whose launches, tensor maps and arguments name things the task and the kernel define.",
     "bad_header": "A PTX module starts with `.version`, `.target` and `.address_size 64`, each once and well formed.",
-    "ptx_version": "The `.version` must be new enough for every instruction used and no newer than ptxas 13.0 reads (9.0).",
+    "ptx_version": "The `.version` must be new enough for every instruction used and no newer than ptxas 13.5 reads (9.5).",
     "target_mismatch": "The module's `.target` must name the task's architecture, with its `a` suffix for the architecture-specific instructions.",
     "arch_unsupported": "Every instruction must exist on the target; architecture-specific ones need the `a` target (sm_90a, sm_100a).",
     "cuda_compile_error": "The CUDA C++ must compile with nvcc on its own: only CUDA's headers, `extern \"C\" __global__` kernels.",

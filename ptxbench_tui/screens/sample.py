@@ -101,7 +101,8 @@ def evidence_text(detail: browse.SampleDetail) -> str:
     extra = {k: v for k, v in ev.items() if k not in ("message", "evidence", "line", "evidence_line", "worst", "max_rel_err")} if isinstance(ev, dict) else {}
     if extra:
         lines.append("\n[b]more evidence[/b]")
-        lines.append(escape(json.dumps(extra, indent=2, default=str)))
+        # Every bracket escaped: JSON such as ["-arch=sm_90a"] reads as a Textual tag otherwise.
+        lines.append(json.dumps(extra, indent=2, default=str).replace("[", "\\["))
     label = detail.label
     if label:
         fix = "  ★ Fixit candidate" if label.fixit_candidate else ""

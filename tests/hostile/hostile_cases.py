@@ -168,19 +168,23 @@ class Outcome:
 
 
 def static_category(verdict: StaticVerdict, case: Case) -> tuple[str, str]:
-    """What the pipeline would record before any launch: the static verdict, then every size's
-    manifest resolution and signature check (train sizes decide, as engine.pipeline does)."""
-    if not verdict.ok:
-        return verdict.category, verdict.evidence
+    """What the pipeline would record before any launch. The static verdict checks the launch
+    manifest at every size itself (train sizes decide); the GPU pipeline's own pre-launch check
+    (`engine.pipeline.plan_sizes`) must come to the same category, which `agreement` checks."""
+    return verdict.category, verdict.evidence
+
+
+def agreement(verdict: StaticVerdict, case: Case) -> list[str]:
+    """Problems when the GPU pipeline, before launching anything, would judge otherwise."""
+    if verdict.cubin is None:
+        return []
     task = get_task(case.task)
-    _, decided = plan_sizes(verdict.candidate, task, verdict.ptx, 132,
-                            sizes=list(case.sizes) if case.sizes else None)
-    train = [m for m in decided if m.split == "train"]
-    if not train:
-        return OK, ""
-    category = worst([m.category for m in train])
-    first = next(m for m in train if m.category == category)
-    return category, first.message
+    _, decided = plan_sizes(verdict.candidate, task, verdict.ptx, 132, resources=verdict.resources)
+    pipeline = worst([verdict.category] + [m.category for m in decided if m.split == "train"])
+    if pipeline != verdict.category:
+        return [f"the GPU pipeline would record {pipeline} before any launch; the static verdict says "
+                f"{verdict.category}"]
+    return []
 
 
 def judge_static_case(case: Case, workdir: Path, cache: Cache) -> tuple[Outcome, StaticVerdict]:
@@ -190,6 +194,7 @@ def judge_static_case(case: Case, workdir: Path, cache: Cache) -> tuple[Outcome,
     category, detail = static_category(verdict, case)
     outcome = Outcome(case, category, time.perf_counter() - started, detail=detail[:300])
     outcome.problems += extra_checks(case, verdict, outcome.seconds, workdir)
+    outcome.problems += agreement(verdict, case)
     return outcome, verdict
 
 

@@ -3,9 +3,10 @@
     python -m venv /tmp/triton && /tmp/triton/bin/pip install triton==3.9.0
     /tmp/triton/bin/python tests/data/ptx/make_triton_gemm.py
 
-Triton 3.9 emits `.version 9.4`, which ptxas 13.0 rejects: that file is kept
-as is (triton_gemm_sm90a_v94.ptx, the ptx_version case), and copies with the
-version lowered to 9.0 are the family fixtures (nothing in them needs 9.4).
+Triton 3.9 emits `.version 9.4`: that file is kept as emitted
+(triton_gemm_sm90a_v94.ptx, which ptxas 13.5 assembles and the GPU test runs), and
+copies with the version lowered to 9.0 are the family fixtures (nothing in them
+needs 9.4; they were made when the pinned ptxas was 13.0).
 Triton is not a dependency of the project; only its output is kept.
 """
 
