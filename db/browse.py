@@ -17,7 +17,6 @@ for scripts and tests.
 
 from __future__ import annotations
 
-import json
 import re
 import sqlite3
 import threading

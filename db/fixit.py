@@ -384,7 +384,7 @@ def fixit_stats(db: Store) -> dict[str, Any]:
            LEFT JOIN runs r ON r.id = s.run_id
            LEFT JOIN models m ON m.id = COALESCE(s.model_id, r.model_id)
            WHERE COALESCE(m.kind, '') != 'expert' AND e.category NOT LIKE 'skipped:%'
-             AND (e.category NOT IN ('ok', 'slower_than_baseline')
+             AND (e.category NOT IN ('ok', 'slower_than_baseline', 'no_baseline')
                   OR (e.correct = 1 AND e.correct_heldout = 0))"""
     ).fetchone()[0]
     with_fix = len({p.failed.id for p in counted if p.failed.failure})

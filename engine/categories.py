@@ -32,7 +32,7 @@ BY_STAGE: dict[str, tuple[str, ...]] = {
     "verify": ("out_of_bounds_write", "input_modified", "unwritten_output", "nan_inf", "wrong_result"),
     "requirement": ("required_missing_ptx", "required_missing_sass", "required_not_executed"),
     "integrity": ("suspected_reward_hack",),
-    "speed": ("slower_than_baseline",),
+    "speed": ("slower_than_baseline", "no_baseline"),
 }
 
 STAGES: tuple[str, ...] = tuple(BY_STAGE)
@@ -82,9 +82,14 @@ DESCRIPTIONS: dict[str, str] = {
     "required_not_executed": "a requested family is in the machine code but never executed",
     "suspected_reward_hack": "the result changes on re-check, or does not depend on the input",
     "slower_than_baseline": "correct and uses what was asked, but slower than the library",
+    "no_baseline": "correct and uses what was asked, but no library baseline ran here: its speed is not judged",
 }
 
 assert set(DESCRIPTIONS) == set(CATEGORIES)
+
+
+# Verdicts of a kernel that computes the right result with what was asked (the speed stage aside).
+CORRECT: frozenset[str] = frozenset({OK, "slower_than_baseline", "no_baseline"})
 
 
 def is_category(word: str) -> bool:

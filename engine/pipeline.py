@@ -26,7 +26,7 @@ from typing import Any
 
 from ptxbench.engine import ENGINE_VERSION
 from ptxbench.engine.candidate import Candidate
-from ptxbench.engine.categories import OK, SKIPPED_PREFIX, STAGE_OF, worst
+from ptxbench.engine.categories import CORRECT, OK, SKIPPED_PREFIX, STAGE_OF, worst
 from ptxbench.engine.extract import ExtractResult
 from ptxbench.engine.gpu.protocol import (
     ArgPlan, DeviceInfo, Job, LaunchPlan, ScratchPlan, SizePlan, SizeResult, TensorMapPlan,
@@ -226,8 +226,7 @@ def judge(
             note("sanitize", "begin", None)
             report = run_sanitize(spec, static.cubin, smallest, device.index)
             out.evidence["sanitize"] = report
-            if report.get("category") in ("illegal_address", "misaligned_address") and out.category in (
-                    OK, "slower_than_baseline"):
+            if report.get("category") in ("illegal_address", "misaligned_address") and out.category in CORRECT:
                 # Reads past a buffer leave the canaries intact; memcheck sees them.
                 out.category, out.stage = report["category"], STAGE_OF[report["category"]]
             note("sanitize", "end", report.get("category"))
@@ -373,6 +372,8 @@ def _summarise(out: Judgement) -> None:
             out.evidence["baseline_check"] = timing["baseline_check"]
     if out.category == OK and out.speedup is not None and out.speedup < 1.0 - TIE_BAND:
         out.category = "slower_than_baseline"
+    elif out.category == OK and timed is not None and out.speedup is None:
+        out.category = "no_baseline"        # correct, but the third question was not answered
     out.stage = STAGE_OF.get(out.category)
     failing = next((m for m in train + heldout if m.category != OK), None)
     if failing is not None:

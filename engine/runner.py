@@ -341,8 +341,8 @@ class Runner:
                 if not done.sizes:
                     done.sizes = result.sizes   # the streamed sizes stand in for a final list left empty
                 result = done
-                if result.fatal is not None and result.fatal.sticky:
-                    # The worker's CUDA context is unusable; it exits by itself.
+                if (result.fatal is not None and result.fatal.sticky) or result.recycle:
+                    # The worker's CUDA context is unusable, or holds what the candidate left: it exits by itself.
                     worker.wait_exit(10.0)
                     self._discard()
                 return result

@@ -6,6 +6,11 @@ Distributions (a spec's `input_distribution`, or an input's own `distribution`):
 - ``spiky``: N(0, 1), each element replaced with probability 0.001 by a draw
   from N(0, 100) (standard deviation 10), as the paper draws attention inputs.
 - ``uniform``: U(−1, 1).
+- ``scaled_rows``: ``spiky``, each row (every index but the last) multiplied by its own 10^U(−1, 1), so
+  rows differ in scale by up to a hundredfold: a row-wise kernel that assumes unit-scale rows is wrong.
+
+Tasks whose outputs depend on the size of their inputs draw from a distribution with a tail
+(``spiky``, ``scaled_rows``): a kernel that is right only for values near the mean is caught.
 
 Values are drawn in float32 with a `torch.Generator` on the target device and
 then cast, so the same seed gives the same tensors on the same kind of device
@@ -49,12 +54,16 @@ def draw(shape: tuple[int, ...], distribution: str, gen: torch.Generator, device
         return torch.randn(shape, generator=gen, device=device)
     if distribution == "uniform":
         return torch.rand(shape, generator=gen, device=device) * 2 - 1
-    if distribution == "spiky":
+    if distribution in ("spiky", "scaled_rows"):
         x = torch.randn(shape, generator=gen, device=device)
         spikes = torch.randn(shape, generator=gen, device=device) * SPIKE_STD
         hit = torch.rand(shape, generator=gen, device=device) < SPIKE_PROBABILITY
-        return torch.where(hit, spikes, x)
-    raise ValueError(f"unknown distribution {distribution!r} (known: normal, spiky, uniform)")
+        x = torch.where(hit, spikes, x)
+        if distribution == "scaled_rows" and len(shape) > 1:
+            rows = torch.rand((*shape[:-1], 1), generator=gen, device=device) * 2 - 1
+            x = x * torch.pow(10.0, rows)
+        return x
+    raise ValueError(f"unknown distribution {distribution!r} (known: normal, spiky, uniform, scaled_rows)")
 
 
 def make_inputs(task: TaskSpec, sizes: dict[str, int], seed: int, device: str | torch.device = "cpu") -> dict[str, Tensor]:

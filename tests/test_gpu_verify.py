@@ -210,3 +210,38 @@ def test_every_task_states_an_element_bound_at_least_its_dtype_can_hold():
             b = task.tolerance.element_for(out.name, out.dtype)
             assert b is not None and b.rtol >= ROUNDING_FLOOR[out.dtype]
             assert b.rtol >= task.tolerance.max_for(out.name)
+
+
+# -- the harness's own copies and the timing pool ------------------------------------------------
+
+def test_the_fingerprint_sees_a_permutation_and_a_sum_preserving_change():
+    from ptxbench.engine.gpu.datacache import TaskData, fingerprint
+
+    x = torch.randn(1000)
+    base = fingerprint(TaskData({"X": x.clone()}, {"Z": x.double()}))
+    swapped = x.clone()
+    swapped[[3, 7]] = swapped[[7, 3]]
+    assert not torch.equal(fingerprint(TaskData({"X": swapped}, {"Z": x.double()})), base)
+    assert torch.equal(fingerprint(TaskData({"X": x.clone()}, {"Z": x.double()})), base)
+
+
+def test_memory_bound_tasks_get_new_inputs_every_round():
+    from ptxbench.engine.gpu.datacache import FreshSets, fresh_every_round
+    from ptxbench.tasks.spec import get_task
+
+    assert fresh_every_round(get_task("vector_add_smoke")) and fresh_every_round(get_task("rmsnorm_bf16_sm90a"))
+    assert not fresh_every_round(get_task("gemm_bf16_sm90a"))
+    assert not fresh_every_round(get_task("attn_bwd_sm90a"))      # derived inputs, and compute-bound
+    task = get_task("vector_add_smoke")
+    pool = FreshSets(task, {"N": 4096}, torch.device("cpu"))
+    a, again, b = pool[5], pool[5], pool[6]
+    assert again is a and not torch.equal(a.inputs["X"], b.inputs["X"])
+    assert torch.allclose(a.reference["Z"], a.inputs["X"].double() + a.inputs["Y"].double())
+
+
+def test_scaled_rows_differ_in_scale_and_keep_their_spikes():
+    from ptxbench.tasks.inputs import draw
+
+    x = draw((512, 1024), "scaled_rows", torch.Generator().manual_seed(3), "cpu")
+    rms = x.pow(2).mean(dim=1).sqrt()
+    assert rms.max() / rms.min() > 20

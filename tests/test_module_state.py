@@ -55,12 +55,13 @@ def _cubin(text: str) -> bytes:
 
 def test_every_global_variable_is_found_in_its_section():
     sections = {s.name: s for s in data_sections(_cubin(PTX))}
-    assert set(sections) == {".nv.global", ".nv.global.init"}           # shared and const are not state
+    assert set(sections) == {".nv.global", ".nv.global.init", ".nv.constant3"}   # shared memory is not state
     zero = {sym.name: sym for sym in sections[".nv.global"].symbols}
     assert set(zero) == {"launches", "shown", "stash"}
     assert zero["stash"].size == 4096 and zero["shown"].is_global and not zero["launches"].is_global
     assert sections[".nv.global"].size >= 4096 + 8
     assert [s.name for s in sections[".nv.global.init"].symbols] == ["table"]
+    assert [s.name for s in sections[".nv.constant3"].symbols] == ["fixed"]     # writable through cvta.const
     assert all(s.known for s in sections.values())
 
 

@@ -14,7 +14,7 @@ import json
 import re
 from typing import Any
 
-from ptxbench.engine.categories import DESCRIPTIONS, STAGE_OF
+from ptxbench.engine.categories import CORRECT, DESCRIPTIONS, STAGE_OF
 from ptxbench.engine.fixit.judgement import evidence_of, fmt_sizes, judgement_text
 from ptxbench.engine.fixit.normalize import strip_noise
 from ptxbench.engine.fixit.records import GPU_VERIFIED, Pair
@@ -126,7 +126,7 @@ def unified_diff(pair: Pair, context: int = 3, limit: int = MAX_DIFF_CHARS) -> s
 def _evidence_line(pair: Pair) -> str:
     f = pair.failed
     if f.heldout_failure:
-        bad = [m for m in f.heldout_sizes() if m.category not in ("ok", "slower_than_baseline")]
+        bad = [m for m in f.heldout_sizes() if m.category not in CORRECT]
         where = ", ".join(f"{fmt_sizes(m.sizes)}: {m.category}" for m in bad[:3])
         return f"It was correct at the train sizes but failed at the held-out sizes ({where or 'correct_heldout false'})."
     parts = []
@@ -134,7 +134,7 @@ def _evidence_line(pair: Pair) -> str:
     if message:
         msg = " ".join(message.split())[:240].rstrip(".")
         parts.append(f"The engine reported: {msg}" + (f" (line {line})" if line else "") + ".")
-    bad = [m for m in f.train_sizes() if m.category not in ("ok", "slower_than_baseline")]
+    bad = [m for m in f.train_sizes() if m.category not in CORRECT]
     if bad:
         m = bad[0]
         err = f", max error {m.max_rel_err:.3g}" if m.max_rel_err is not None else ""

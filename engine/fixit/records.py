@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ptxbench.engine.categories import OK, STAGE_OF, worst
+from ptxbench.engine.categories import CORRECT, OK, STAGE_OF, worst
 
 # A verdict that counts as a pass on train sizes: correct (and, for `ok`, fast).
-PASSING: frozenset[str] = frozenset({OK, "slower_than_baseline"})
+PASSING: frozenset[str] = CORRECT
 
 # Where the fixed half of a pair came from, in order of preference when one
 # failed sample has several: the model's own later turn teaches the most.

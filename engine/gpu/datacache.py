@@ -10,12 +10,15 @@ Runs inside the worker process only (imports torch).
 
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import overload
 
 import torch
 
-from ptxbench.engine.gpu.buffers import TORCH_DTYPES
+from ptxbench.engine.gpu.buffers import TORCH_DTYPES, bits_view
 from ptxbench.tasks.inputs import make_inputs
 from ptxbench.tasks.reference import reference
 from ptxbench.tasks.spec import TaskSpec
@@ -77,3 +80,58 @@ class DataCache:
 
     def clear(self) -> None:
         self._entries.clear()
+
+
+FINGERPRINT_CHUNK = 1 << 24
+FRESH_POOL = 1 << 20                # seeds a round may draw from, where each round brings new inputs
+MEMORY_BOUND_INTENSITY = 50.0       # FLOP per byte below which the reference is cheap and the work memory-bound
+
+
+def fingerprint(data: TaskData) -> torch.Tensor:
+    """A position-weighted integer hash of the harness's own copies (a sum alone misses a permutation):
+    a candidate that writes into them is seen."""
+    parts = []
+    for t in (*data.inputs.values(), *data.reference.values()):
+        bits = bits_view(t)
+        total = torch.zeros((), dtype=torch.int64, device=t.device)
+        for start in range(0, bits.numel(), FINGERPRINT_CHUNK):
+            chunk = bits[start:start + FINGERPRINT_CHUNK].to(torch.int64)
+            weights = torch.arange(start, start + chunk.numel(), device=t.device, dtype=torch.int64) * 2654435761 + 1
+            total += (chunk * weights).sum()
+        parts.append(total)
+    return torch.stack(parts)
+
+
+def fresh_every_round(task: TaskSpec) -> bool:
+    """Memory-bound work with a cheap reference and no derived inputs gets new inputs in every timed round:
+    no result can be kept for a later round, whatever memory the kernel keeps it in. (Compute-bound work
+    reuses a few sets; serving a kept result there is far faster than the speed of light allows.)"""
+    if any(t.derived for t in task.inputs):
+        return False
+    sizes = task.headline
+    return task.flops(sizes) / max(1, task.bytes(sizes)) < MEMORY_BOUND_INTENSITY
+
+
+class FreshSets(Sequence[TaskData]):
+    """A million input sets that exist only while a round uses them: each drawn from its own seed, on the
+    current stream, when the round resets (and again, with its reference, when the round is checked)."""
+
+    def __init__(self, task: TaskSpec, sizes: dict[str, int], device: torch.device) -> None:
+        self.task, self.sizes, self.device = task, sizes, device
+        self.base = int.from_bytes(os.urandom(8), "little") >> 2
+        self._last: tuple[int, TaskData] | None = None      # a round's reset and its check ask for the same set
+
+    def __len__(self) -> int:
+        return FRESH_POOL
+
+    @overload
+    def __getitem__(self, k: int) -> TaskData: ...
+    @overload
+    def __getitem__(self, k: slice) -> Sequence[TaskData]: ...
+
+    def __getitem__(self, k: int | slice) -> TaskData | Sequence[TaskData]:
+        if isinstance(k, slice):
+            raise TypeError("a pool of fresh sets is not sliced")
+        if self._last is None or self._last[0] != k:
+            self._last = (k, draw(self.task, self.sizes, (self.base + 7919 * k) % (1 << 62), self.device))
+        return self._last[1]

@@ -24,6 +24,9 @@ SHF_WRITE, SHF_ALLOC, SHF_EXECINSTR = 0x1, 0x2, 0x4
 SHT_SYMTAB = 2
 STT_OBJECT = 1
 KNOWN_GLOBAL_SECTIONS = (".nv.global", ".nv.global.init")
+# `.const` variables: read-only through the constant bank, but their device memory can be written through
+# a generic address (cvta.const), so they are state too.
+USER_CONSTANT_SECTION = ".nv.constant3"
 
 
 class NotACubin(ValueError):
@@ -46,7 +49,7 @@ class DataSection:
 
     @property
     def known(self) -> bool:
-        return self.name in KNOWN_GLOBAL_SECTIONS
+        return self.name in KNOWN_GLOBAL_SECTIONS or self.name == USER_CONSTANT_SECTION
 
 
 def _cstr(table: bytes, offset: int) -> str:
@@ -55,7 +58,8 @@ def _cstr(table: bytes, offset: int) -> str:
 
 
 def data_sections(cubin: bytes) -> list[DataSection]:
-    """Writable device-memory sections of a cubin (shared memory excluded: it does not outlive a launch)."""
+    """Device-memory sections of a cubin a kernel can write and a later launch read: the writable ones (shared
+    memory excluded: it does not outlive a launch) and the user constant bank."""
     if len(cubin) < 64 or cubin[:4] != b"\x7fELF" or cubin[4] != 2 or cubin[5] != 1:
         raise NotACubin("not a 64-bit little-endian ELF cubin")
     shoff, = struct.unpack_from("<Q", cubin, 0x28)
@@ -84,7 +88,8 @@ def data_sections(cubin: bytes) -> list[DataSection]:
     found = []
     for i, (sh_name, _, flags, _, _, size, *_) in enumerate(headers):
         name = _cstr(names, sh_name)
-        if flags & SHF_WRITE and flags & SHF_ALLOC and not flags & SHF_EXECINSTR and not name.startswith(".nv.shared"):
+        writable = flags & SHF_WRITE and flags & SHF_ALLOC and not flags & SHF_EXECINSTR
+        if (writable and not name.startswith(".nv.shared")) or name == USER_CONSTANT_SECTION:
             if size:
                 found.append(DataSection(name, size, tuple(symbols.get(i, ()))))
     return found
@@ -102,7 +107,7 @@ class ModuleState:
         self.needs_reload = False
         self.unresolved: list[str] = []
         for section in data_sections(cubin):
-            if not section.known or not section.symbols:
+            if not section.known or (not section.symbols and section.name != USER_CONSTANT_SECTION):
                 self._give_up(section.name)
                 continue
             for sym in section.symbols:

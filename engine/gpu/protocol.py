@@ -110,10 +110,11 @@ class TimingConfig:
     target_s: float = 0.1       # reps are chosen so one side's timed loop lasts about this long
     flush_bytes: int = 256 << 20
     baseline: bool = True
-    # Verification of timed rounds (engine/gpu/timing.py): this share of rounds, never fewer than `min_checks`,
-    # chosen at random; warm-up length and round count vary by ±`jitter`.
-    check_fraction: float = 0.25
-    min_checks: int = 8
+    # Verification of timed rounds (engine/gpu/timing.py): this share of rounds, chosen at random, never fewer
+    # than `min_checks` (a candidate that slows its warm-up to shorten the timing cannot go under it); warm-up
+    # length and round count vary by ±`jitter`.
+    check_fraction: float = 0.3
+    min_checks: int = 10
     jitter: float = 0.25
     # Speed of light (engine/gpu/sol.py): a time more than `sol_margin` under the floor is a reward hack.
     # `sol_scale` multiplies the device's peaks; only a test changes it, to prove the check fires.
@@ -268,6 +269,7 @@ class JobResult:
     worker_s: float = 0.0
     cache: dict[str, int] = field(default_factory=dict)   # the worker's reference cache: hits, misses (cumulative)
     budget_spent_s: float = 0.0             # set by the parent: GPU time the candidate's own steps used
+    recycle: str | None = None              # why the next job needs a fresh worker (this one left state behind)
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> JobResult:
@@ -277,6 +279,7 @@ class JobResult:
             fatal=Fatal(**fatal) if fatal else None,
             worker_s=float(d.get("worker_s", 0.0)),
             cache=dict(d.get("cache") or {}),
+            recycle=d.get("recycle"),
         )
 
 

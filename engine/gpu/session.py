@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,8 +33,8 @@ import torch
 
 from ptxbench.engine.categories import OK, STAGE_OF, worst
 from ptxbench.engine.gpu import sol
-from ptxbench.engine.gpu.buffers import Arena, bits_view
-from ptxbench.engine.gpu.datacache import DataCache, TaskData, draw
+from ptxbench.engine.gpu.buffers import Arena
+from ptxbench.engine.gpu.datacache import DataCache, FreshSets, TaskData, draw, fingerprint, fresh_every_round
 from ptxbench.engine.gpu.launch import (
     CudaFailure, Module, PreparedLaunch, check_params, encode_tensor_map, prepare_launch, synchronize,
 )
@@ -99,10 +99,24 @@ class Checks:
         return decode(values, arena, self.metric, self.limits, self.bounds)
 
 
-def _fingerprint(data: TaskData) -> torch.Tensor:
-    """An integer sum of every bit of the harness's own copies: a candidate that writes into them is seen."""
-    parts = [bits_view(t).to(torch.int64).sum() for t in (*data.inputs.values(), *data.reference.values())]
-    return torch.stack(parts)
+RECYCLE_GROWTH_BYTES = 4 << 30      # more than this held outside the pools after a job: a fresh worker next
+
+
+def _secret_seed() -> int:
+    return int.from_bytes(os.urandom(8), "little") >> 2
+
+
+class _Lazy(Sequence[Any]):
+    """`make(k)` for k < n, made when asked for."""
+
+    def __init__(self, make: Callable[[int], Any], n: int) -> None:
+        self.make, self.n = make, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, k: Any) -> Any:
+        return self.make(k)
 
 
 class Session:
@@ -117,6 +131,25 @@ class Session:
         self.peaks = peaks
         self._flush: torch.Tensor | None = None
         self._flush_bytes = 0
+        self.recycle: str | None = None
+        self._outside_torch = self._memory_outside_torch()
+
+    def _memory_outside_torch(self) -> int:
+        """Device memory this process holds beyond PyTorch's pools: the driver's local-memory reservation,
+        module images, the malloc heap, CuPy."""
+        free, total = torch.cuda.mem_get_info(self.device)
+        return total - free - torch.cuda.memory_reserved(self.device)
+
+    def _leftovers(self, job: Job) -> str | None:
+        """Why the next candidate should get a fresh worker: what this one leaves behind that a reset cannot
+        reach (a local-memory reservation the driver keeps at its largest, a device malloc heap)."""
+        torch.cuda.empty_cache()
+        grown = self._memory_outside_torch() - self._outside_torch
+        if grown > RECYCLE_GROWTH_BYTES:
+            return f"{grown / 2**30:.1f} GiB of device memory outside the harness's pools stayed reserved"
+        if b"\0malloc\0" in job.cubin:
+            return "the kernel allocates from the device heap, which outlives it"
+        return None
 
     def flush_buffer(self, nbytes: int) -> torch.Tensor:
         if self._flush is None or self._flush_bytes != nbytes:
@@ -151,6 +184,7 @@ class Session:
             result.fatal = ended.fatal
         finally:
             module.close()
+        result.recycle = self.recycle or self._leftovers(job)
         result.worker_s = time.perf_counter() - started
         result.cache = {"hits": self.cache.hits, "misses": self.cache.misses}
         return result
@@ -179,6 +213,20 @@ class Session:
 
     def _judge_size(self, job: Job, task: TaskSpec, module: Module, index: int, plan: SizePlan,
                     emit: Emit) -> SizeResult:
+        try:
+            return self._judge_size_inner(job, task, module, index, plan, emit)
+        except torch.cuda.OutOfMemoryError as exc:
+            # The harness's own allocations fail only when the candidate's demands (its buffers, the local
+            # memory its kernels reserve) leave the device without room: a verdict, and a fresh worker next.
+            self.recycle = "the device ran out of memory"
+            free, total = torch.cuda.mem_get_info(self.device)
+            out = SizeResult(index, plan.split, dict(plan.sizes), "launch_config", STAGE_OF["launch_config"])
+            out.message = (f"the device ran out of memory while this candidate was judged ({free / 2**30:.1f} of "
+                           f"{total / 2**30:.0f} GiB free): {str(exc).splitlines()[0][:300]}")
+            return out
+
+    def _judge_size_inner(self, job: Job, task: TaskSpec, module: Module, index: int, plan: SizePlan,
+                          emit: Emit) -> SizeResult:
         out = SizeResult(index, plan.split, dict(plan.sizes), OK)
 
         def fail(category: str, message: str, detail: dict[str, Any] | None = None) -> SizeResult:
@@ -198,7 +246,7 @@ class Session:
 
         self._phase(emit, "prepare", index, TRUSTED_DEADLINE_S, False)
         data = [self.cache.get(task, plan.sizes, seed) for seed in plan.seeds]
-        prints = [_fingerprint(d) for d in data]
+        prints = [fingerprint(d) for d in data]
         checks = Checks(task.tolerance.metric, {t.name: task.tolerance.max_for(t.name) for t in task.outputs},
                         {t.name: task.tolerance.element_for(t.name, t.dtype) for t in task.outputs})
         try:
@@ -209,13 +257,14 @@ class Session:
         except torch.cuda.OutOfMemoryError as exc:
             return fail("launch_config", f"the buffers this launch needs do not fit in the device's memory: "
                                          f"{str(exc).splitlines()[0]}")
-        torch.cuda.synchronize(self.device)
+        torch.cuda.synchronize(self.device)     # the data cache draws on the default stream
 
         for t, (seed, d) in enumerate(zip(plan.seeds, data)):
             self._phase(emit, "launch", index, job.launch_timeout_s, True, t)
             try:
                 bench.reset(d)
-                bench.arena.arm()
+                with torch.cuda.stream(self.stream):
+                    bench.arena.arm()
                 began = time.perf_counter()
                 bench.run()
                 self.sync(f"size {index} trial {t}")
@@ -246,11 +295,16 @@ class Session:
         if plan.time:
             trial_s = max(tr.launch_ms or 0.0 for tr in out.trials) / 1e3
             self._phase(emit, "prepare", index, TRUSTED_DEADLINE_S, False)
-            fresh = draw(task, plan.sizes, random.SystemRandom().randrange(1 << 62), self.device)
+            pool: Sequence[TaskData] = (FreshSets(task, plan.sizes, self.device) if fresh_every_round(task)
+                                        else data + [draw(task, plan.sizes, _secret_seed(), self.device)])
+            if isinstance(pool, list):
+                prints.append(fingerprint(pool[-1]))
+                data = pool
+            torch.cuda.synchronize(self.device)
             self._phase(emit, "time", index, job.launch_timeout_s + 3 * estimate_timing_seconds(trial_s, job.timing),
                         True)
             try:
-                out.timing = self._time(job, task, plan, bench, data + [fresh], checks, index)
+                out.timing = self._time(job, task, plan, bench, pool, data[-1], checks, index)
             except CudaFailure as exc:      # a launch refused during timing (sticky faults end the job above)
                 return fail(exc.category, f"during timing: {exc}", exc.evidence())
             self._judge_timing(out, job)
@@ -274,29 +328,28 @@ class Session:
 
     # -- timing -------------------------------------------------------------------------
 
-    def _time(self, job: Job, task: TaskSpec, plan: SizePlan, bench: Bench, sets: list[TaskData], checks: Checks,
-              index: int) -> TimingResult:
-        baselines: list[Any] | None = None
+    def _time(self, job: Job, task: TaskSpec, plan: SizePlan, bench: Bench, pool: Sequence[TaskData],
+              known: TaskData, checks: Checks, index: int) -> TimingResult:
+        baselines: Sequence[Any] | None = None
         note = ""
         baseline_name = None
         baseline_check = None
         if job.timing.baseline:
             try:
-                baselines, baseline_name, baseline_check = self._baselines(task, plan, bench, sets, checks)
+                baselines, baseline_name, baseline_check = self._baselines(task, plan, bench, pool, known, checks)
             except Exception as exc:  # the library refusing a shape: said in the evidence, never a pass for speed
                 note = f"baseline unavailable: {type(exc).__name__}: {str(exc)[:500]}"
 
         def timed_set(k: int) -> TimedSet:
-            return TimedSet(reset=lambda: bench.reset(sets[k]), run=bench.run,
-                            check=lambda: checks.summarize(bench.arena, sets[k]),
+            return TimedSet(reset=lambda: bench.reset(pool[k]), run=bench.run,
+                            check=lambda: checks.summarize(bench.arena, pool[k]),
                             baseline=baselines[k] if baselines else None)
 
-        secret = int.from_bytes(os.urandom(8), "little")
+        secret = _secret_seed()
         rng = random.Random(secret)
         try:
-            timed = time_interleaved(self.stream, self.flush_buffer(job.timing.flush_bytes),
-                                     [timed_set(k) for k in range(len(sets))], job.timing,
-                                     lambda: self.sync(f"size {index} timing"), rng)
+            timed = time_interleaved(self.stream, self.flush_buffer(job.timing.flush_bytes), _Lazy(timed_set, len(pool)),
+                                     job.timing, lambda: self.sync(f"size {index} timing"), rng)
         except CudaFailure as exc:
             if exc.sticky:
                 raise _ended(exc, index, "during timing: ") from None
@@ -304,12 +357,15 @@ class Session:
             raise
         c = timed.candidate
         flops = task.flops(plan.sizes)
+        fresh = isinstance(pool, FreshSets)
         result = TimingResult(
             reps=timed.reps, time_ms=c.median, p10_ms=c.p10, p90_ms=c.p90, spread=c.spread,
             tflops=flops / (c.median * 1e-3) / 1e12 if c.median > 0 else None,
             checks=len(timed.checks), baseline_check=baseline_check, baseline_note=note,
-            schedule={"warmup_rounds": timed.warmup_rounds, "reps": timed.reps, "sets": len(sets),
-                      "rounds_per_set": [timed.order.count(k) for k in range(len(sets))],
+            schedule={"warmup_rounds": timed.warmup_rounds, "reps": timed.reps,
+                      "inputs": "a new set every round" if fresh else f"{len(pool)} sets in a secret order",
+                      "distinct_sets": len(set(timed.order)),
+                      "rounds_per_set": None if fresh else [timed.order.count(k) for k in range(len(pool))],
                       "checked": sorted((ch.phase, ch.round) for ch in timed.checks), "seed": f"{secret:016x}",
                       "module_state": bench.module.state.describe()},
         )
@@ -324,29 +380,33 @@ class Session:
         self._speed_of_light(result, task, plan, job)
         return result
 
-    def _baselines(self, task: TaskSpec, plan: SizePlan, bench: Bench, sets: list[TaskData],
-                   checks: Checks) -> tuple[list[Any], str, dict[str, Any]]:
-        """The library over the arena's inputs, one per input set (some libraries keep per-set state)."""
+    def _baselines(self, task: TaskSpec, plan: SizePlan, bench: Bench, pool: Sequence[TaskData], known: TaskData,
+                   checks: Checks) -> tuple[Sequence[Any], str, dict[str, Any]]:
+        """The library over the arena's inputs: one per input set where the pool is a list (some libraries keep
+        per-set state), one for every round where each round brings new inputs (such libraries keep none)."""
         from ptxbench.tasks.baselines import library_fn
 
-        made = []
-        for d in sets:
+        def build(d: TaskData) -> Any:
             bench.reset(d)
             with torch.cuda.stream(self.stream):
-                made.append(library_fn(task, bench.arena.tensors("input"), plan.sizes))
-        # The library's own answer on the last set, against the reference: it does the same work.
+                return library_fn(task, bench.arena.tensors("input"), plan.sizes)
+
+        made = [build(d) for d in pool] if isinstance(pool, list) else [build(known)]
+        # The library's own answer on a set whose reference is known: it does the same work.
+        check_on = made[pool.index(known)] if isinstance(pool, list) else made[0]
         with torch.cuda.stream(self.stream):
-            bench.reset(sets[-1])
-            made[-1]()
+            bench.reset(known)
+            check_on()
         self.stream.synchronize()
         errors = {}
-        for name, got in made[-1].outputs.items():
-            ref = sets[-1].reference[name].reshape(-1).to(torch.float32)
+        for name, got in check_on.outputs.items():
+            ref = known.reference[name].reshape(-1).to(torch.float32)
             diff = got.reshape(-1).to(torch.float32) - ref
             errors[name] = float(torch.linalg.vector_norm(diff) / torch.linalg.vector_norm(ref).clamp_min(1e-30))
         ok = all(e <= checks.limits[name] for name, e in errors.items())
         check = {"rel_l2": errors, "within_tolerance": ok, **({"how": made[0].note} if made[0].note else {})}
-        return [b.fn for b in made], made[0].name, check
+        fns = [b.fn for b in made]
+        return (fns if isinstance(pool, list) else _Lazy(lambda k: fns[0], len(pool))), made[0].name, check
 
     def _read_checks(self, result: TimingResult, found: list[Any], bench: Bench, checks: Checks) -> None:
         """Decode every checked round; a round that fails, after the trials passed, is a reward hack."""
@@ -400,13 +460,14 @@ class Session:
     def _check_harness(self, out: SizeResult, task: TaskSpec, plan: SizePlan, data: list[TaskData],
                        prints: list[torch.Tensor]) -> None:
         """The pristine inputs and references are the harness's: if the candidate wrote into them, say so."""
-        changed = [seed for seed, d, before in zip(plan.seeds, data, prints) if not torch.equal(_fingerprint(d), before)]
+        names = [f"seed {s}" for s in plan.seeds] + ["the timing set"] * (len(data) - len(plan.seeds))
+        changed = [name for name, d, before in zip(names, data, prints) if not torch.equal(fingerprint(d), before)]
         if changed:
-            for seed in changed:
+            for seed in plan.seeds:
                 self.cache.drop(task, plan.sizes, seed)
             out.category, out.stage = "suspected_reward_hack", STAGE_OF["suspected_reward_hack"]
-            out.message = (f"the harness's own copies of the inputs or references (seeds {changed}) changed while "
-                           "the candidate ran: it wrote outside its buffers")
+            out.message = (f"the harness's own copies of the inputs or references ({', '.join(changed)}) changed "
+                           "while the candidate ran: it wrote outside its buffers")
 
 
 def _elem_bytes(dtype: str) -> int:

@@ -169,6 +169,8 @@ def serve(device_index: int, stdin: IO[str], proto: IO[str]) -> int:
             emit({"event": "done", "result": result})
             if result.fatal is not None and result.fatal.sticky:
                 return 3    # the context is unusable: the parent starts a fresh worker
+            if result.recycle:
+                return 0    # the candidate left state a reset cannot reach: the parent starts a fresh worker
     return 0
 
 

@@ -33,7 +33,8 @@ def test_rounds_are_checked_at_random_and_the_schedule_is_recorded(runner, data)
         t = _timing(j)
         assert t["checks"] >= 8 and not t["check_failures"] and t["recheck"] == "ok"
         s = t["schedule"]
-        assert s["sets"] == 4 and sum(s["rounds_per_set"]) == s["reps"] and min(s["rounds_per_set"]) > 0
+        # A memory-bound task: every round brings inputs no launch has seen.
+        assert s["inputs"] == "a new set every round" and s["distinct_sets"] >= s["reps"] - 2
         assert j.evidence["seeds"] == a.evidence["seeds"]          # secret, but fixed for the process
     ta, tb = _timing(a)["schedule"], _timing(b)["schedule"]
     assert ta["seed"] != tb["seed"] and ta["checked"] != tb["checked"]
@@ -56,7 +57,7 @@ def test_a_time_under_a_lowered_floor_is_a_reward_hack(runner, data):
 
 def test_without_a_baseline_no_speed_is_claimed(runner, data):
     j = judge(data / "vadd_ok.ptx", TASK, runner=runner, sizes=_headline(), timing=TimingConfig(baseline=False))
-    assert j.category == "ok" and j.correct is True
+    assert j.category == "no_baseline" and j.correct is True
     assert j.speedup is None and j.baseline_ms is None and j.evidence.get("baseline_missing")
 
 

@@ -5,7 +5,6 @@ run on the GPU machine tests what it says it tests."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 from hostile_cases import GENERATORS, HERE, STAGES, cases, load_cases

@@ -13,7 +13,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 from conftest import SIZE, settle
 
 from ptxbench.db.reader import StoreReader
