@@ -1,0 +1,86 @@
+"""The moves every view that shows kernels offers: copy an id or a kernel, open
+kernels in `$EDITOR`, export a table. A view says which samples its move is
+about (`move_targets`); reading their code runs in a worker thread, and the
+clipboard and the editor are then driven from the event loop."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from textual import work
+
+from ptxbench.db import browse, triage
+from ptxbench.tui.kernel_files import open_in_editor, write_table
+from ptxbench.tui.messages import StoreFailed
+
+
+class KernelMoves:
+    """A mixin for screens (it uses `self.app`, `self.notify`, workers)."""
+
+    def move_targets(self) -> list[int]:
+        """The sample ids a copy or editor move is about (the cursor's, or the selected ones)."""
+        return []
+
+    def editor_line(self) -> int | None:
+        """The line to open the editor at, if the view shows one."""
+        return None
+
+    def action_copy_id(self) -> None:
+        ids = self.move_targets()
+        if not ids:
+            self.notify("No sample here to copy.")  # type: ignore[attr-defined]
+            return
+        text = " ".join(str(i) for i in ids)
+        self.app.copy_to_clipboard(text)  # type: ignore[attr-defined]
+        self.notify(f"Copied {'ids ' if len(ids) > 1 else 'id '}{text}")  # type: ignore[attr-defined]
+
+    def action_copy_code(self) -> None:
+        if ids := self.move_targets()[:1]:
+            self.read_codes(ids, self._copy_code)
+
+    def action_editor(self) -> None:
+        if ids := self.move_targets():
+            self.read_codes(ids[:4], self._edit)
+
+    @work(thread=True, exclusive=True, group="kernel-move", exit_on_error=False, description="read kernels")
+    def read_codes(self, ids: list[int], then: Callable[[dict[int, str]], None]) -> None:
+        try:
+            codes = triage.sample_codes(browse.connect(self.app.db_path), ids)  # type: ignore[attr-defined]
+        except Exception as exc:  # noqa: BLE001 - reported, the view stays usable
+            self.post_message(StoreFailed(f"kernel: {exc}"))  # type: ignore[attr-defined]
+            return
+        self.app.call_from_thread(then, {i: codes[i] for i in ids if i in codes})  # type: ignore[attr-defined]
+
+    def _copy_code(self, codes: dict[int, str]) -> None:
+        for sid, code in codes.items():
+            self.app.copy_to_clipboard(code)  # type: ignore[attr-defined]
+            self.notify(f"Copied sample {sid}'s PTX ({len(code.splitlines()):,} lines)")  # type: ignore[attr-defined]
+
+    def _edit(self, codes: dict[int, str]) -> None:
+        files = [(f"sample-{sid}.ptx", code) for sid, code in codes.items()]
+        error = open_in_editor(self.app, files, line=self.editor_line())  # type: ignore[attr-defined]
+        if error:
+            self.notify(error, severity="warning")  # type: ignore[attr-defined]
+
+    # -- exports -----------------------------------------------------------------------
+    def ask_export(self, what: str, describe: str, rows: Callable[[], tuple[Sequence[str], Iterable[dict[str, Any]]]]) -> None:
+        """Ask where, then write `rows()` (columns, row dicts; called in a worker thread)."""
+        from ptxbench.tui.screens.pickers import ExportDialog
+
+        def chosen(choice) -> None:  # noqa: ANN001 - pickers.ExportChoice | None
+            if choice is not None:
+                self.write_export(choice.path, choice.fmt, rows)
+
+        self.app.push_screen(ExportDialog(what, describe), chosen)  # type: ignore[attr-defined]
+
+    @work(thread=True, exclusive=True, group="export", exit_on_error=False, description="export")
+    def write_export(self, path: Path, fmt: str, rows: Callable[[], tuple[Sequence[str], Iterable[dict[str, Any]]]]) -> None:
+        try:
+            columns, records = rows()
+            n = write_table(path, columns, records, fmt)
+        except Exception as exc:  # noqa: BLE001 - a path that cannot be written is said, not fatal
+            self.post_message(StoreFailed(f"export: {exc}"))  # type: ignore[attr-defined]
+            return
+        self.app.call_from_thread(self.notify, f"Wrote {n:,} rows to {path}")  # type: ignore[attr-defined]
