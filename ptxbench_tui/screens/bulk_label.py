@@ -16,5 +16,5 @@ class BulkLabelDialog(LabelDialog):
         super().on_mount()
         shown = ", ".join(str(i) for i in self.sample_ids[:8]) + (" …" if len(self.sample_ids) > 8 else "")
         self.query_one("#label-dialog > Label", Label).update(f"[b]Label {len(self.sample_ids)} samples[/b]  ({shown})")
-        self.query_one("#label-dialog > Static", Static).update(
+        self.query_one("#label-dialog > .dim", Static).update(
             "Each gets this label as a new row beside its automatic category; the categories stay.")

@@ -212,7 +212,10 @@ class CompareScreen(KernelMoves, ViewScreen):
             box = Vertical(Label(f"{'★ ' if m.model == self.baseline else ''}{m.model} · sample {m.sample_id}"), view, classes="compare-pane")
             panes.mount(box)
             view.show(self.codes.get(m.sample_id, ""), marker=marker)
-            self.watch(view, "scroll_y", lambda y, v=view: self._lock(v, y), init=False)
+            self.watch(view, "scroll_y", self._follower(view), init=False)
+
+    def _follower(self, view: PtxView):  # noqa: ANN202 - a watch callback taking the new value only
+        return lambda y: self._lock(view, y)
 
     def _lock(self, source: PtxView, y: float) -> None:
         """The panes scroll together: one moved, the others follow to the same line."""

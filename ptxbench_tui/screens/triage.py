@@ -75,13 +75,14 @@ class TriageScreen(KernelMoves, ViewScreen):
         table.add_columns(*(LABEL_COLUMNS if self.by_label else FIXED_COLUMNS), *data.columns)
         for category, note, total, counts in data.rows:
             name = category if self.by_label else verdict(category, note)
-            stage = "—" if self.by_label else STAGE_OF.get(category, "—")
+            stage = "—" if self.by_label else {"not_run": "static only", "heldout": "verify (held-out)"}.get(
+                note, STAGE_OF.get(category, "—"))
             table.add_row(name, stage, str(total), *[str(n) if n else "·" for n in counts])
         n = sum(total for _, _, total, _ in data.rows)
         if self.by_label:
             what = "samples by a person's latest label, and the failures no one has labelled"
         else:
-            what = "verdicts, ok included" if self.include_ok else "failures, held-out failures and verdicts that never ran"
+            what = "verdicts, ok included" if self.include_ok else "verdicts to look at (failures, held-out failures, never run)"
         self.query_one("#triage-status", Static).update(
             f"{n:,} {what} by [b]{self.dimension}[/b] · per sample ({evaluation_rule.describe(self.ptx.reader.newest_evaluation)}; "
             "static verdicts included where the GPU stages did not run) · L: " + ("automatic verdicts" if self.by_label else "by label")

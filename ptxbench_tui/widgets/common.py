@@ -71,7 +71,8 @@ class ModeBar(Static):
 class Table(DataTable):
     """A DataTable whose Enter is a shown binding (footer and palette)."""
 
-    BINDINGS = keys.bindings("table")
+    # Enter only: these small tables (triage counts, compare, tasks) select nothing for a bulk action.
+    BINDINGS = [b for b in keys.bindings("table") if b.id == "table.open"]
 
     def __init__(self, *, id: str | None = None, cursor_type: str = "row") -> None:
         super().__init__(id=id, cursor_type=cursor_type, zebra_stripes=True)
