@@ -12,9 +12,18 @@ Prints medians (and the spread) of:
 - opening a long kernel: a sample with a ~3 000-line PTX (the attention expert
   solution) and one with a ~5 000-line PTX (the GEMM expert), from the request
   to the highlighted PTX painted;
+- the diff of the largest expert: a GEMM mutation beside the GEMM expert it was
+  made from (5 105 lines each; the default store's seeded fix pair, in a store
+  seeded from the repository), from the request to the highlighted diff painted,
+  in a fresh process (the first open, what a person meets) and again in a warm
+  one; and the GEMM expert beside the attention expert (two different kernels,
+  difflib's worst case) on the big store;
+- a sort on 100 000 samples: the samples view sorted by a column (in SQL, every
+  sample), from the request to the first sorted page painted;
 - memory: the peak RSS of an explorer process that visited every view.
-Targets (issue 5): first paint ≤ 1.0 s, filter change ≤ 100 ms, 3 000-line
-PTX ≤ 0.5 s, RSS < 300 MB. The store is synthetic (benchmarks/make_big_store.py).
+Targets (issues 5 and 16): first paint ≤ 1.0 s, filter change ≤ 100 ms, 3 000-line
+PTX ≤ 0.5 s, diff ≤ 0.3 s, sort ≤ 150 ms, RSS < 300 MB. The big store is synthetic
+(benchmarks/make_big_store.py).
 """
 
 from __future__ import annotations
@@ -29,6 +38,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_STORE = Path("/tmp/ptxbench-tui-bench.sqlite")
+SEEDED_STORE = Path("/tmp/ptxbench-tui-bench-seeded.sqlite")  # the default store's seed: experts and mutations
+SORT_COLUMNS = ("Speedup", "Category", "Model", "Task")
 SIZE = (160, 45)
 
 # Run in a child process: one explorer, headless, reporting what it measured as JSON.
@@ -68,6 +79,16 @@ async def main():
         await painted(pilot)
         out["first_paint_s"] = time.perf_counter() - T0
         out["overview_rows"] = table.row_count
+        if MODE == "diff":
+            from ptxbench.tui.messages import ShowDiff
+            from ptxbench.tui.screens.diff import DiffScreen
+            left, right = int(sys.argv[3]), int(sys.argv[4])
+            t = time.perf_counter()
+            app.post_message(ShowDiff(left, right))
+            await until(pilot, lambda: isinstance(app.screen, DiffScreen) and app.screen.result_stats and not app.screen.computing)
+            await painted(pilot)
+            out["diff_open_s"] = time.perf_counter() - t
+            out["diff_lines"] = len(app.screen.query_one("#diff-view").result.left_lines)
         if MODE == "visit":
             for key in "2345671":
                 await pilot.press(key)
@@ -101,13 +122,13 @@ def ensure_store(path: Path, n: int) -> None:
         print(f"  {part}: {seconds:.1f} s")
 
 
-def child(store: Path, mode: str, *, cold: bool = False) -> tuple[dict, float]:
+def child(store: Path, mode: str, *args: str, cold: bool = False) -> tuple[dict, float]:
     if cold:
         from ptxbench.tui.summary_cache import cache_file
 
         cache_file(store).unlink(missing_ok=True)
     start = time.perf_counter()
-    result = subprocess.run([sys.executable, "-c", CHILD, str(store), mode], capture_output=True, text=True, timeout=300)
+    result = subprocess.run([sys.executable, "-c", CHILD, str(store), mode, *args], capture_output=True, text=True, timeout=300)
     wall = time.perf_counter() - start
     line = next((x for x in result.stdout.splitlines() if x.startswith("RESULT ")), None)
     if line is None:
@@ -133,6 +154,44 @@ async def settle(pilot) -> None:
         except WorkerCancelled:
             continue
     await pilot.pause()
+
+
+def seeded_store() -> tuple[Path, int, int, int]:
+    """The default store's seed (tasks, experts, mutations with their fixes) and its GEMM fix pair."""
+    from ptxbench.db import browse
+    from ptxbench.db.seed import ensure_default_store
+
+    ensure_default_store(SEEDED_STORE).conn.close()
+    conn = browse.connect(SEEDED_STORE, cached=False)
+    expert = browse.expert_sample_id(conn, "gemm_bf16_sm90a")
+    failed = conn.execute("SELECT failed_sample_id FROM fixes WHERE fixed_sample_id = ? ORDER BY id LIMIT 1", (expert,)).fetchone()
+    if failed is None:
+        raise SystemExit(f"{SEEDED_STORE} has no fix pair on the GEMM expert")
+    lines = len(browse.sample_detail(conn, expert).ptx.splitlines())
+    conn.close()
+    return SEEDED_STORE, failed[0], expert, lines
+
+
+async def open_diffs(store: Path, pairs: list[tuple[int, int]], repeat: int) -> list[float]:
+    """Request → highlighted diff painted, in ms, each pair `repeat` times in one warm app."""
+    from ptxbench.tui.app import make_app
+    from ptxbench.tui.messages import ShowDiff
+    from ptxbench.tui.screens.diff import DiffScreen
+
+    times = []
+    app = make_app(store, theme="ptxbench")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        for left, right in pairs * repeat:
+            t = time.perf_counter()
+            app.post_message(ShowDiff(left, right))
+            while not (isinstance(app.screen, DiffScreen) and app.screen.result_stats and not app.screen.computing):
+                await pilot.pause(0.001)
+            await painted(pilot)
+            times.append((time.perf_counter() - t) * 1000)
+            app.pop_screen()
+            await pilot.pause()
+    return times
 
 
 async def in_process(store: Path, repeat: int) -> dict[str, list[float]]:
@@ -171,6 +230,21 @@ async def in_process(store: Path, repeat: int) -> dict[str, list[float]]:
                     await pilot.pause(0.001)
                 await painted(pilot)
                 out["samples_filter_ms"].append((time.perf_counter() - t) * 1000)
+            samples.action_clear_filters()
+            await settle(pilot)
+        # Sort: every sample by a column, in SQL; request → the first sorted page painted. The
+        # first sort by a column reads the order; the other direction (and paging) slice it.
+        for _ in range(repeat):
+            for column in SORT_COLUMNS:
+                for kind in ("first", "reverse"):
+                    request = samples.request
+                    t = time.perf_counter()
+                    samples.set_sort(column)
+                    while samples.request == request or samples.rows_request != samples.request:
+                        await pilot.pause(0.001)
+                    await painted(pilot)
+                    out.setdefault(f"sort_{kind}_{column}_ms", []).append((time.perf_counter() - t) * 1000)
+                    await settle(pilot)  # the order is read after the page, while a person looks at it
             samples.action_clear_filters()
             await settle(pilot)
         conn = browse.connect(store)
@@ -225,6 +299,26 @@ def main() -> int:
     print(f"filter change, overview (cached cells):               {describe(measured['overview_filter_ms'], 'ms')}")
     print(f"open a {measured['ptx_3k_open_ms_lines'][0]}-line PTX (request → painted):        {describe(measured['ptx_3k_open_ms'], 'ms')}   target ≤ 500 ms")
     print(f"open a {measured['ptx_5k_open_ms_lines'][0]}-line PTX (request → painted):        {describe(measured['ptx_5k_open_ms'], 'ms')}")
+
+    firsts_sorted = [v for c in SORT_COLUMNS for v in measured[f"sort_first_{c}_ms"]]
+    reversed_sorted = [v for c in SORT_COLUMNS for v in measured[f"sort_reverse_{c}_ms"]]
+    print(f"sort 100 000 samples by a column (request → first page): {describe(firsts_sorted, 'ms')}   target ≤ 150 ms")
+    for column in SORT_COLUMNS:
+        print(f"  by {column + ':':<10}{describe(measured[f'sort_first_{column}_ms'], 'ms')}")
+    print(f"  the other direction (the order kept):               {describe(reversed_sorted, 'ms')}")
+
+    seeded, failed, expert, raw_lines = seeded_store()
+    firsts = [child(seeded, "diff", str(failed), str(expert))[0] for _ in range(args.repeat)]
+    lines = firsts[0]["diff_lines"]
+    print(f"diff of the largest expert, a GEMM mutation ⟷ the GEMM expert ({raw_lines:,} lines a side, {lines:,} after the noise filter):")
+    print(f"  first open, fresh process (request → painted):     {describe([f['diff_open_s'] * 1000 for f in firsts], 'ms')}   target ≤ 300 ms")
+    warm = asyncio.run(open_diffs(seeded, [(failed, expert)], args.repeat))
+    print(f"  again, warm (request → painted):                    {describe(warm, 'ms')}")
+    big = __import__("ptxbench.db.browse", fromlist=["browse"])
+    conn = big.connect(args.store)
+    pair = (big.expert_sample_id(conn, "gemm_bf16_sm90a"), big.expert_sample_id(conn, "attn_fwd_sm90a"))
+    unlike = asyncio.run(open_diffs(args.store, [pair], args.repeat))
+    print(f"  the GEMM expert ⟷ the attention expert (two kernels, big store): {describe(unlike, 'ms')}")
 
     result, _ = child(args.store, "visit")
     print(f"peak RSS after visiting every view, a 5k-line sample and a diff: {result['peak_rss_mb']:.0f} MB   target < 300 MB")

@@ -110,6 +110,29 @@ def _ordered_ids_sql(flt: SampleFilter, sort: Sort, conn: sqlite3.Connection) ->
     return f"SELECT s.id FROM samples s{joins}{where} ORDER BY {order}", params
 
 
+@dataclass(frozen=True)
+class Order:
+    """Every id a filter selects, in a column's order: both directions from one read."""
+
+    column: str
+    present: list[int]  # rows with a value, descending (ties: newest first)
+    missing: list[int]  # rows without one (never evaluated, no speedup), newest first
+
+    def ids(self, descending: bool) -> list[int]:
+        # Empty values stay last either way; ascending reverses the ties as SQL's ORDER BY does.
+        return self.present + self.missing if descending else self.present[::-1] + self.missing[::-1]
+
+
+def ordered(conn: sqlite3.Connection, flt: SampleFilter, column: str) -> Order:
+    key, _ = SORT_KEYS.get(column, SORT_KEYS["Id"])
+    joins, where, order, params = _query_parts(conn, flt, Sort(column, True))
+    present: list[int] = []
+    missing: list[int] = []
+    for sid, empty in conn.execute(f"SELECT s.id, ({key}) IS NULL FROM samples s{joins}{where} ORDER BY {order}", params):
+        (missing if empty else present).append(sid)
+    return Order(column, present, missing)
+
+
 def sorted_ids(conn: sqlite3.Connection, flt: SampleFilter, sort: Sort, offset: int = 0, limit: int = 200) -> list[int]:
     sql, params = _ordered_ids_sql(flt, sort, conn)
     return [r[0] for r in conn.execute(f"{sql} LIMIT ? OFFSET ?", [*params, limit, offset])]

@@ -59,6 +59,9 @@ class SamplesScreen(KernelMoves, ViewScreen):
         self.rows_request = 0  # the request the table shows
         self._cursor_to: int | None = None  # the sample to put the cursor on when the page lands
         self._open_after: bool = False  # and open it (n from a sample's screen)
+        # Every filtered id in the sorted column's order, read once after a sort's first page:
+        # paging and the other direction then slice it instead of sorting again.
+        self.order: tuple[tuple, triage.Order] | None = None
 
     def compose_body(self) -> ComposeResult:
         with FilterPanel(id="samples-bar"):
@@ -98,16 +101,31 @@ class SamplesScreen(KernelMoves, ViewScreen):
         self.request += 1
         self.requested_at = time.perf_counter()
         self.total = None
-        self.fetch(self.request, self.filter, self.sort, self.page_offset)
+        key = (self.filter, self.sort.column, self.ptx.data_version)
+        order = self.order[1] if self.order and self.order[0] == key and self.sort != triage.Sort() else None
+        self.fetch(self.request, self.filter, self.sort, self.page_offset, order, key)
 
     @work(thread=True, exclusive=True, group="samples-page", exit_on_error=False, description="samples page")
-    def fetch(self, request: int, flt: browse.SampleFilter, sort: triage.Sort, offset: int) -> None:
+    def fetch(self, request: int, flt: browse.SampleFilter, sort: triage.Sort, offset: int,
+              order: triage.Order | None, key: tuple) -> None:
         try:
             read = self.ptx.reader.read
+            if order is not None:
+                ids = order.ids(sort.descending)
+                page = browse.Page(read(triage.lines_for, ids[offset:offset + PAGE_SIZE], flt.text), offset, PAGE_SIZE)
+                self.post_message(PageLoaded(request, page))
+                self.post_message(CountLoaded(request, len(ids)))
+                return
             self.post_message(PageLoaded(request, read(triage.sample_page, flt, sort, offset, PAGE_SIZE)))
             self.post_message(CountLoaded(request, read(browse.sample_count, flt)))
+            if sort != triage.Sort():
+                found = read(triage.ordered, flt, sort.column)  # after the page is on its way
+                self.app.call_from_thread(self._keep_order, key, found)
         except Exception as exc:  # noqa: BLE001 - shown to the user, the view stays usable
             self.post_message(StoreFailed(f"samples: {exc}"))
+
+    def _keep_order(self, key: tuple, order: triage.Order) -> None:
+        self.order = (key, order)
 
     def on_page_loaded(self, message: PageLoaded) -> None:
         if message.request != self.request:

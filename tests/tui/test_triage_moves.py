@@ -409,6 +409,11 @@ def test_triage_queries(heldout_store, ids):
     # Sorted pages agree with the whole order, page by page.
     whole = triage.sorted_ids(conn, everything, triage.Sort("Speedup", True), 0, 1000)
     assert triage.sorted_ids(conn, everything, triage.Sort("Speedup", True), 2, 3) == whole[2:5]
+    # The order read once gives both directions exactly as SQL sorts them.
+    for column in ("Speedup", "Category", "Label", "Task"):
+        order = triage.ordered(conn, everything, column)
+        for descending in (True, False):
+            assert order.ids(descending) == triage.sorted_ids(conn, everything, triage.Sort(column, descending), 0, 1000)
     # Next unlabelled failure and where a sample stands.
     first = triage.next_unlabelled(conn, everything, triage.Sort(), -1)
     assert first is not None and first[1] == heldout  # the newest sample
