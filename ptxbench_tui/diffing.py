@@ -47,12 +47,16 @@ class DiffRow:
     right: str = ""
     left_index: int | None = None  # the line's index in DiffResult.left_lines (for highlighting)
     right_index: int | None = None
-    left_changed: Spans = ()  # character spans that differ from the other side (replace rows)
-    right_changed: Spans = ()
+
+    def changed(self, *, whitespace: bool = True) -> tuple[Spans, Spans]:
+        """The spans of each side that differ from the other (a replace row's tokens), else none."""
+        return changed_spans(self.left, self.right, whitespace=whitespace) if self.kind == "replace" else ((), ())
 
 
 @dataclass
 class DiffResult:
+    """The rows to paint; a changed row's tokens are found when it is painted (DiffRow.changed)."""
+
     rows: list[DiffRow] = field(default_factory=list)
     added: int = 0
     removed: int = 0
@@ -60,6 +64,7 @@ class DiffResult:
     left_lines: list[str] = field(default_factory=list)  # every kept line of each side, as shown
     right_lines: list[str] = field(default_factory=list)
     hunks: list[int] = field(default_factory=list)  # indices of rows where a run of changes starts
+    whitespace: bool = True  # whether whitespace was ignored (token changes follow it)
 
     @property
     def stats(self) -> str:
@@ -146,6 +151,11 @@ TAB = 4
 _TOKEN = re.compile(r"[A-Za-z_$%]+|\d+|\s+|[^\sA-Za-z_$%\d]")
 
 
+# Above this many token pairs the middle of two lines is marked whole: difflib is quadratic, and a
+# `wgmma` with 128 accumulator registers against an unrelated line is not worth 10 ms a row.
+MAX_TOKEN_PAIRS = 40_000
+
+
 def changed_spans(a: str, b: str, *, whitespace: bool = True) -> tuple[Spans, Spans]:
     """The character spans of `a` and of `b` that differ, token by token."""
     ta = [m.span() for m in _TOKEN.finditer(a)]
@@ -155,16 +165,28 @@ def changed_spans(a: str, b: str, *, whitespace: bool = True) -> tuple[Spans, Sp
         words = [text[i:j] for i, j in spans]
         return [" " if whitespace and w.isspace() else w for w in words]
 
-    matcher = difflib.SequenceMatcher(None, keys(a, ta), keys(b, tb), autojunk=False)
+    ka, kb = keys(a, ta), keys(b, tb)
+    # The common head and tail first: most changed lines differ in one place.
+    head = 0
+    while head < min(len(ka), len(kb)) and ka[head] == kb[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(ka), len(kb)) - head and ka[-1 - tail] == kb[-1 - tail]:
+        tail += 1
+    ma, mb = ka[head:len(ka) - tail], kb[head:len(kb) - tail]
+    if len(ma) * len(mb) > MAX_TOKEN_PAIRS:
+        opcodes = [("replace", 0, len(ma), 0, len(mb))]
+    else:
+        opcodes = difflib.SequenceMatcher(None, ma, mb, autojunk=False).get_opcodes()
     left: list[tuple[int, int]] = []
     right: list[tuple[int, int]] = []
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+    for tag, i1, i2, j1, j2 in opcodes:
         if tag == "equal":
             continue
         if i2 > i1:
-            left.append((ta[i1][0], ta[i2 - 1][1]))
+            left.append((ta[head + i1][0], ta[head + i2 - 1][1]))
         if j2 > j1:
-            right.append((tb[j1][0], tb[j2 - 1][1]))
+            right.append((tb[head + j1][0], tb[head + j2 - 1][1]))
     return tuple(left), tuple(right)
 
 
@@ -172,17 +194,14 @@ def diff(left_text: str, right_text: str, opts: DiffOptions = DiffOptions()) -> 
     left = [(n, t.expandtabs(TAB)) for n, t in clean_lines(left_text, opts)]
     right = [(n, t.expandtabs(TAB)) for n, t in clean_lines(right_text, opts)]
     matcher = difflib.SequenceMatcher(None, [_key(t, opts) for _, t in left], [_key(t, opts) for _, t in right], autojunk=False)
-    result = DiffResult(left_lines=[t for _, t in left], right_lines=[t for _, t in right])
+    result = DiffResult(left_lines=[t for _, t in left], right_lines=[t for _, t in right], whitespace=opts.whitespace)
     rows = result.rows
 
     def row(kind: str, a: int | None, b: int | None) -> None:
         la, lb = (left[a] if a is not None else (None, "")), (right[b] if b is not None else (None, ""))
-        spans: tuple[Spans, Spans] = ((), ())
-        if kind == "replace":
-            spans = changed_spans(la[1], lb[1], whitespace=opts.whitespace)
         if kind != "equal" and (not rows or rows[-1].kind in ("equal", "skip")):
             result.hunks.append(len(rows))
-        rows.append(DiffRow(kind, la[0], la[1], lb[0], lb[1], a, b, *spans))
+        rows.append(DiffRow(kind, la[0], la[1], lb[0], lb[1], a, b))
 
     groups = [matcher.get_opcodes()] if opts.context < 0 else list(matcher.get_grouped_opcodes(opts.context))
     for gi, group in enumerate(groups):

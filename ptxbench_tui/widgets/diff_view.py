@@ -44,6 +44,7 @@ class DiffView(ScrollView, can_focus=True):
         self.hunk = -1  # the hunk last jumped to
         self._highlighters: tuple[LazyHighlighter, LazyHighlighter] | None = None
         self._texts: dict[tuple[int, str], Text] = {}
+        self._changed: dict[int, tuple[Spans, Spans]] = {}  # id of a replace row → its changed tokens
         self._styles: dict[str, Style] | None = None
         self._roles: dict[str, Style] | None = None
         self._widest = 0
@@ -57,6 +58,7 @@ class DiffView(ScrollView, can_focus=True):
             self._highlighters = (LazyHighlighter("\n".join(result.left_lines), lexer(stripnl=False, ensurenl=False)),
                                   LazyHighlighter("\n".join(result.right_lines), lexer(stripnl=False, ensurenl=False)))
         self._widest = max((max(len(r.left), len(r.right)) for r in self.rows), default=0)
+        self._changed = {}
         self.hunk = -1
         self._layout()
 
@@ -184,6 +186,14 @@ class DiffView(ScrollView, can_focus=True):
         self._texts[key] = text
         return text
 
+    def changed(self, row: DiffRow) -> tuple[Spans, Spans]:
+        """A changed row's differing tokens, found when the row is first painted (cheap for a
+        screenful, and a 5 000-line diff need not find them all before it opens)."""
+        found = self._changed.get(id(row))
+        if found is None:
+            found = self._changed[id(row)] = row.changed(whitespace=self.result.whitespace)
+        return found
+
     def _cut(self, code: Text, width: int) -> Text:
         """The window of a line that scroll_x shows, `‹`/`›` where it is cut."""
         x = self.scroll_offset.x
@@ -214,10 +224,11 @@ class DiffView(ScrollView, can_focus=True):
             text.append("│", style=st["gutter"])
             text.append_text(self._half("right", row, right_w))
         else:
+            left_changed, right_changed = self.changed(row)
             if kind == "delete":
-                sign, number, line, idx, changed, side = "-", row.left_no, row.left, row.left_index, row.left_changed, "left"
+                sign, number, line, idx, changed, side = "-", row.left_no, row.left, row.left_index, left_changed, "left"
             elif kind == "insert":
-                sign, number, line, idx, changed, side = "+", row.right_no, row.right, row.right_index, row.right_changed, "right"
+                sign, number, line, idx, changed, side = "+", row.right_no, row.right, row.right_index, right_changed, "right"
             else:
                 sign, number, line, idx, changed, side = " ", row.right_no, row.right, row.right_index, (), "right"
             text = Text(f"{number if number is not None else '':>5}{sign}", style=st["gutter"])
@@ -227,11 +238,12 @@ class DiffView(ScrollView, can_focus=True):
 
     def _half(self, side: str, row: DiffRow, width: int) -> Text:
         st = self.styles_by_kind
+        left_changed, right_changed = self.changed(row)
         if side == "left":
-            number, line, idx, changed = row.left_no, row.left, row.left_index, row.left_changed
+            number, line, idx, changed = row.left_no, row.left, row.left_index, left_changed
             kind = "delete" if row.kind in ("delete", "replace") else "equal"
         else:
-            number, line, idx, changed = row.right_no, row.right, row.right_index, row.right_changed
+            number, line, idx, changed = row.right_no, row.right, row.right_index, right_changed
             kind = "insert" if row.kind in ("insert", "replace") else "equal"
         gutter = f"{number:>5} " if number is not None else " " * GUTTER
         text = Text(gutter, style=st["gutter"])

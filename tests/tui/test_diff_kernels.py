@@ -25,7 +25,12 @@ def test_only_the_changed_tokens_of_a_line_are_marked():
     # The syntax mutation: the dropped comma is what the fix adds.
     result = diff(read("vecadd_syntax.ptx"), read("vecadd.ptx"), DiffOptions(context=1))
     row = next(r for r in result.rows if r.kind == "replace")
-    assert marked(row.right, row.right_changed) == [","] and row.left_changed == ()
+    left, right = row.changed()
+    assert marked(row.right, right) == [","] and left == ()
+    # Two long unrelated lines: the middle is marked whole instead of a quadratic token match.
+    a, b = "mov " + ", ".join(f"%f{i}" for i in range(300)), "add " + ", ".join(f"%r{i}" for i in range(1, 301))
+    left, right = changed_spans(a, b)
+    assert left == ((0, len(a)),) and right == ((0, len(b)),)
 
 
 def test_hunks_start_where_a_run_of_changes_starts():
