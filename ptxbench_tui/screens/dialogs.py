@@ -201,14 +201,14 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         parts: list[tuple[str, str] | str] = []
         for n, (title, rows) in enumerate(self.sections()):
-            parts += [("\n" if n else "") + title + ("  (this view)" if n == 0 and self.scope_of(self.under) else ""), "bold underline"]
-            parts.append("\n")
+            here = "  (this view)" if n == 0 and self.scope_of(self.under) else ""
+            parts += ["\n" if n else "", (title + here, "bold underline"), "\n"]
             for key, description, tooltip in rows:
                 # Content, not markup: keys such as "[" must not be read as tags.
                 parts += [(f"{key:>10}", "bold"), f"  {description:<16} ", (tooltip, "dim"), "\n"]
         body = Content.assemble(*parts)
         with VerticalScroll(id="help-dialog", classes="dialog"):
-            yield Label("[b]Keys[/b]  (this view first, then everywhere, then every view · ctrl+p: command palette · esc: close)")
+            yield Label("[b]Keys[/b]: this view, everywhere, then every view · ctrl+p palette · esc closes")
             yield Static(body, id="help-body")
         yield KeyBar()
 

@@ -158,7 +158,8 @@ class OverviewScreen(KernelMoves, ViewScreen):
     def _describe_filter(self) -> str:
         f = self.filter
         parts = [f"{n}={v}" for n, v in (("model", f.model), ("task", f.task_id), ("arch", f.arch), ("level", f.context_level)) if v]
-        return (", ".join(parts) or "all rows") + " · / filters"
+        order = f" · by {self.sort[0]} {'↓' if self.sort[1] else '↑'}" if self.sort else ""
+        return (", ".join(parts) or "all rows") + order + " · / filters"
 
     def _status(self, text: str) -> None:
         self.query_one("#overview-status", Static).update(text)
@@ -232,7 +233,8 @@ class OverviewScreen(KernelMoves, ViewScreen):
             dicts = [r.as_dict() if hasattr(r, "as_dict") else asdict(r) for r in rows]
             return (list(dicts[0]) if dicts else ["model"]), dicts
 
-        self.ask_export(f"overview-{unit}", f"{len(rows)} {unit} overview rows ({self._describe_filter()[:-12]})", records)
+        described = self._describe_filter().removesuffix(" · / filters")
+        self.ask_export(f"overview-{unit}", f"{len(rows)} {unit} overview rows ({described})", records)
 
     @work(thread=True, exclusive=True, group="overview-metrics", exit_on_error=False, description="trajectory metrics")
     def load_metrics(self) -> None:

@@ -209,9 +209,13 @@ class DiffView(ScrollView, can_focus=True):
         return shown
 
     # -- painting ------------------------------------------------------------------
+    empty_hint = "The two sides are the same after the filters: ] diffs what else they hold (the launch manifest, SASS, …), N shows the noise."
+
     def render_line(self, y: int) -> Strip:
         index = self.scroll_offset.y + y
         width = self.size.width
+        if not self._lines and y == 1 and not self.loading:
+            return Strip([Segment(f"  {self.empty_hint}", self.styles_by_kind["skip"])]).crop_extend(0, width, None)
         if index >= len(self._lines):
             return Strip.blank(width)
         kind, row = self._lines[index]
