@@ -244,19 +244,9 @@ class FixitScreen(KernelMoves, ViewScreen):
         self.load()
 
     # -- actions ---------------------------------------------------------------------
-    def action_filter(self) -> None:
-        self.query_one(FilterPanel).open()
-
     def action_sort(self) -> None:
-        from ptxbench.tui.screens.pickers import SortDialog
-
-        def chosen(column: str | None) -> None:
-            if column is not None:
-                self.set_sort(column)
-
-        current = self.sort.column if self.sort else None
-        self.app.push_screen(SortDialog(list(COLUMNS), current, self.sort.descending if self.sort else True,
-                                        "every pair the filter selects"), chosen)
+        self.ask_sort(list(COLUMNS), self.sort.column if self.sort else None,
+                      self.sort.descending if self.sort else True, "every pair the filter selects")
 
     def action_toggle_stats(self) -> None:
         pane = self.query_one("#fixit-stats-pane")

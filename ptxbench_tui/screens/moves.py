@@ -1,7 +1,8 @@
-"""The moves every view that shows kernels offers: copy an id or a kernel, open
-kernels in `$EDITOR`, export a table. A view says which samples its move is
-about (`move_targets`); reading their code runs in a worker thread, and the
-clipboard and the editor are then driven from the event loop."""
+"""The moves every view that shows kernels or tables offers: copy an id or a
+kernel, open kernels in `$EDITOR`, export a table, sort it, open its filters.
+A view says which samples its move is about (`move_targets`) and how it sorts
+(`set_sort`); reading code runs in a worker thread, and the clipboard and the
+editor are then driven from the event loop."""
 
 from __future__ import annotations
 
@@ -26,6 +27,23 @@ class KernelMoves:
     def editor_line(self) -> int | None:
         """The line to open the editor at, if the view shows one."""
         return None
+
+    def set_sort(self, column: str) -> None:
+        """Sort by a column's title (again: the other direction). Views with a sortable table define it."""
+
+    def ask_sort(self, columns: list[str], current: str | None, descending: bool, where: str) -> None:
+        from ptxbench.tui.screens.pickers import SortDialog
+
+        def chosen(column: str | None) -> None:
+            if column is not None:
+                self.set_sort(column)
+
+        self.app.push_screen(SortDialog(columns, current, descending, where), chosen)  # type: ignore[attr-defined]
+
+    def action_filter(self) -> None:
+        from ptxbench.tui.widgets.common import FilterPanel
+
+        self.query_one(FilterPanel).open()  # type: ignore[attr-defined]
 
     def action_copy_id(self) -> None:
         ids = self.move_targets()

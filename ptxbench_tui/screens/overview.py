@@ -197,17 +197,8 @@ class OverviewScreen(KernelMoves, ViewScreen):
         self.redraw()
 
     def action_sort(self) -> None:
-        from ptxbench.tui.screens.pickers import SortDialog
-
-        def chosen(title: str | None) -> None:
-            if title is not None:
-                self.set_sort(title)
-
         current, descending = self.sort or (None, True)
-        self.app.push_screen(SortDialog([t for t, _ in self.columns], current, descending, "the rows shown"), chosen)
-
-    def action_filter(self) -> None:
-        self.query_one(FilterPanel).open()
+        self.ask_sort([t for t, _ in self.columns], current, descending, "the rows shown")
 
     def action_toggle_levels(self) -> None:
         self.by_level = not self.by_level

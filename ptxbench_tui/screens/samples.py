@@ -233,19 +233,9 @@ class SamplesScreen(KernelMoves, ViewScreen):
         return True
 
     # -- actions ---------------------------------------------------------------------
-    def action_filter(self) -> None:
-        self.query_one(FilterPanel).open()
-
     def action_sort(self) -> None:
-        from ptxbench.tui.screens.pickers import SortDialog
-
-        def chosen(column: str | None) -> None:
-            if column is not None:
-                self.set_sort(column)
-
         current = None if self.sort == triage.Sort() else self.sort.column
-        self.app.push_screen(SortDialog(list(COLUMNS), current, self.sort.descending,
-                                        "every filtered sample, in SQL"), chosen)
+        self.ask_sort(list(COLUMNS), current, self.sort.descending, "every filtered sample, in SQL")
 
     def action_next_item(self) -> None:
         self.step(backwards=False)

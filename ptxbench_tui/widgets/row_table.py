@@ -35,6 +35,15 @@ FLEX_MIN = 16  # the flexible column's narrowest width before it folds
 GAP = 2
 
 
+@dataclass
+class TableMessage(Message):
+    table: "RowTable"
+
+    @property
+    def control(self) -> "RowTable":
+        return self.table
+
+
 class RowTable(ScrollView, can_focus=True):
     DEFAULT_CSS = """
     RowTable {
@@ -56,42 +65,22 @@ class RowTable(ScrollView, can_focus=True):
     cursor_row: reactive[int] = reactive(0)
 
     @dataclass
-    class RowSelected(Message):
-        table: "RowTable"
+    class RowSelected(TableMessage):
         cursor_row: int
 
-        @property
-        def control(self) -> "RowTable":
-            return self.table
-
     @dataclass
-    class RowHighlighted(Message):
-        table: "RowTable"
+    class RowHighlighted(TableMessage):
         cursor_row: int
 
-        @property
-        def control(self) -> "RowTable":
-            return self.table
-
     @dataclass
-    class HeaderClicked(Message):
+    class HeaderClicked(TableMessage):
         """A person clicked a column's title: the view sorts by it."""
 
-        table: "RowTable"
         column: str
 
-        @property
-        def control(self) -> "RowTable":
-            return self.table
-
     @dataclass
-    class MarksChanged(Message):
-        table: "RowTable"
+    class MarksChanged(TableMessage):
         marked: frozenset[int]  # row indices
-
-        @property
-        def control(self) -> "RowTable":
-            return self.table
 
     def __init__(self, *, id: str | None = None, classes: str | None = None, selectable: bool = False) -> None:
         super().__init__(id=id, classes=classes)

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import replay_cmd, settle
+from conftest import open_view, replay_cmd, settle
 
 from ptxbench.db import browse, triage
 from ptxbench.db import browse_summary as summary
@@ -61,12 +61,7 @@ def app_on(heldout_store, tmp_path):
 
 
 async def samples_view(pilot) -> SamplesScreen:
-    await settle(pilot)
-    await pilot.press("3")
-    await settle(pilot)
-    screen = pilot.app.screen
-    assert isinstance(screen, SamplesScreen)
-    return screen
+    return await open_view(pilot, "3", SamplesScreen)
 
 
 def row_of(screen: SamplesScreen, sample_id: int) -> dict[str, str]:
