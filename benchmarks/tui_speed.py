@@ -2,6 +2,7 @@
 
     python benchmarks/tui_speed.py                      # makes /tmp/ptxbench-tui-bench.sqlite once
     python benchmarks/tui_speed.py --store PATH --repeat 7
+    python benchmarks/tui_speed.py --only views,diff  # some of it: paint, views, diff, memory
 
 Prints medians (and the spread) of:
 - first paint: a fresh `ptxbench-tui` process, headless, from launch to the
@@ -244,7 +245,11 @@ async def in_process(store: Path, repeat: int) -> dict[str, list[float]]:
                         await pilot.pause(0.001)
                     await painted(pilot)
                     out.setdefault(f"sort_{kind}_{column}_ms", []).append((time.perf_counter() - t) * 1000)
-                    await settle(pilot)  # the order is read after the page, while a person looks at it
+                    # The whole order is read after the page is painted, while a person looks at it:
+                    # wait for it, so the next measurement does not share the CPU with it.
+                    while not (samples.order and samples.order[0][1] == column):
+                        await pilot.pause(0.01)
+                    await settle(pilot)
             samples.action_clear_filters()
             await settle(pilot)
         conn = browse.connect(store)
@@ -269,21 +274,15 @@ def describe(values: list[float], unit: str) -> str:
     return f"median {med:.3g} {unit} (min {min(values):.3g}, max {max(values):.3g}, n={len(values)})"
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--store", type=Path, default=DEFAULT_STORE)
-    parser.add_argument("-n", "--samples", type=int, default=100_000)
-    parser.add_argument("--repeat", type=int, default=5)
-    args = parser.parse_args()
-    ensure_store(args.store, args.samples)
-    count = __import__("sqlite3").connect(args.store).execute("SELECT COUNT(*) FROM samples").fetchone()[0]
-    print(f"store: {args.store} ({count:,} samples, {args.store.stat().st_size / 1e6:.0f} MB)")
+PARTS = ("paint", "views", "diff", "memory")
 
-    child(args.store, "paint")  # one warm-up run: the OS page cache, compiled bytecode
+
+def report_paint(store: Path, repeat: int) -> None:
+    child(store, "paint")  # one warm-up run: the OS page cache, compiled bytecode
     for label, cold in (("first start on this store (no saved summary)", True), ("a later start (store unchanged)", False)):
         firsts, frames, walls = [], [], []
-        for _ in range(args.repeat):
-            result, wall = child(args.store, "paint", cold=cold)
+        for _ in range(repeat):
+            result, wall = child(store, "paint", cold=cold)
             firsts.append(result["first_paint_s"])
             frames.append(result["first_frame_s"])
             walls.append(wall)
@@ -292,36 +291,65 @@ def main() -> int:
         print(f"  first paint (process start → overview rates shown): {describe(firsts, 's')}   target ≤ 1.0 s")
         print(f"  whole process incl. interpreter start and exit:     {describe(walls, 's')}")
 
+
+def report_views(store: Path, repeat: int) -> None:
     import asyncio
 
-    measured = asyncio.run(in_process(args.store, args.repeat))
+    measured = asyncio.run(in_process(store, repeat))
     print(f"filter change, samples view (SQL page):               {describe(measured['samples_filter_ms'], 'ms')}   target ≤ 100 ms")
     print(f"filter change, overview (cached cells):               {describe(measured['overview_filter_ms'], 'ms')}")
     print(f"open a {measured['ptx_3k_open_ms_lines'][0]}-line PTX (request → painted):        {describe(measured['ptx_3k_open_ms'], 'ms')}   target ≤ 500 ms")
     print(f"open a {measured['ptx_5k_open_ms_lines'][0]}-line PTX (request → painted):        {describe(measured['ptx_5k_open_ms'], 'ms')}")
-
-    firsts_sorted = [v for c in SORT_COLUMNS for v in measured[f"sort_first_{c}_ms"]]
-    reversed_sorted = [v for c in SORT_COLUMNS for v in measured[f"sort_reverse_{c}_ms"]]
-    print(f"sort 100 000 samples by a column (request → first page): {describe(firsts_sorted, 'ms')}   target ≤ 150 ms")
+    firsts = [v for c in SORT_COLUMNS for v in measured[f"sort_first_{c}_ms"]]
+    reverses = [v for c in SORT_COLUMNS for v in measured[f"sort_reverse_{c}_ms"]]
+    print(f"sort 100 000 samples by a column (request → first page): {describe(firsts, 'ms')}   target ≤ 150 ms")
     for column in SORT_COLUMNS:
         print(f"  by {column + ':':<10}{describe(measured[f'sort_first_{column}_ms'], 'ms')}")
-    print(f"  the other direction (the order kept):               {describe(reversed_sorted, 'ms')}")
+    print(f"  the other direction (the order kept):               {describe(reverses, 'ms')}")
+
+
+def report_diff(store: Path, repeat: int) -> None:
+    import asyncio
+
+    from ptxbench.db import browse
 
     seeded, failed, expert, raw_lines = seeded_store()
-    firsts = [child(seeded, "diff", str(failed), str(expert))[0] for _ in range(args.repeat)]
+    firsts = [child(seeded, "diff", str(failed), str(expert))[0] for _ in range(repeat)]
     lines = firsts[0]["diff_lines"]
     print(f"diff of the largest expert, a GEMM mutation ⟷ the GEMM expert ({raw_lines:,} lines a side, {lines:,} after the noise filter):")
     print(f"  first open, fresh process (request → painted):     {describe([f['diff_open_s'] * 1000 for f in firsts], 'ms')}   target ≤ 300 ms")
-    warm = asyncio.run(open_diffs(seeded, [(failed, expert)], args.repeat))
+    warm = asyncio.run(open_diffs(seeded, [(failed, expert)], repeat))
     print(f"  again, warm (request → painted):                    {describe(warm, 'ms')}")
-    big = __import__("ptxbench.db.browse", fromlist=["browse"])
-    conn = big.connect(args.store)
-    pair = (big.expert_sample_id(conn, "gemm_bf16_sm90a"), big.expert_sample_id(conn, "attn_fwd_sm90a"))
-    unlike = asyncio.run(open_diffs(args.store, [pair], args.repeat))
+    conn = browse.connect(store)
+    pair = (browse.expert_sample_id(conn, "gemm_bf16_sm90a"), browse.expert_sample_id(conn, "attn_fwd_sm90a"))
+    unlike = asyncio.run(open_diffs(store, [pair], repeat))
     print(f"  the GEMM expert ⟷ the attention expert (two kernels, big store): {describe(unlike, 'ms')}")
 
-    result, _ = child(args.store, "visit")
+
+def report_memory(store: Path, _repeat: int) -> None:
+    result, _ = child(store, "visit")
     print(f"peak RSS after visiting every view, a 5k-line sample and a diff: {result['peak_rss_mb']:.0f} MB   target < 300 MB")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--store", type=Path, default=DEFAULT_STORE)
+    parser.add_argument("-n", "--samples", type=int, default=100_000)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--only", default=",".join(PARTS),
+                        help=f"comma-separated parts to measure: {', '.join(PARTS)} (default: all)")
+    args = parser.parse_args()
+    parts = [part.strip() for part in args.only.split(",") if part.strip()]
+    unknown = set(parts) - set(PARTS)
+    if unknown:
+        parser.error(f"unknown part(s): {', '.join(sorted(unknown))}")
+    ensure_store(args.store, args.samples)
+    count = __import__("sqlite3").connect(args.store).execute("SELECT COUNT(*) FROM samples").fetchone()[0]
+    print(f"store: {args.store} ({count:,} samples, {args.store.stat().st_size / 1e6:.0f} MB)")
+    reports = {"paint": report_paint, "views": report_views, "diff": report_diff, "memory": report_memory}
+    for part in PARTS:
+        if part in parts:
+            reports[part](args.store, args.repeat)
     return 0
 
 

@@ -119,10 +119,19 @@ class SamplesScreen(KernelMoves, ViewScreen):
             self.post_message(PageLoaded(request, read(triage.sample_page, flt, sort, offset, PAGE_SIZE)))
             self.post_message(CountLoaded(request, read(browse.sample_count, flt)))
             if sort != triage.Sort():
-                found = read(triage.ordered, flt, sort.column)  # after the page is on its way
-                self.app.call_from_thread(self._keep_order, key, found)
+                # Once the page is painted: reading 100 000 ids would hold the GIL the paint needs.
+                self.app.call_from_thread(self.call_after_refresh, self.read_order, key, flt, sort.column)
         except Exception as exc:  # noqa: BLE001 - shown to the user, the view stays usable
             self.post_message(StoreFailed(f"samples: {exc}"))
+
+    @work(thread=True, exclusive=True, group="samples-order", exit_on_error=False, description="sorted order")
+    def read_order(self, key: tuple, flt: browse.SampleFilter, column: str) -> None:
+        try:
+            found = self.ptx.reader.read(triage.ordered, flt, column)
+        except Exception as exc:  # noqa: BLE001
+            self.post_message(StoreFailed(f"samples: {exc}"))
+            return
+        self.app.call_from_thread(self._keep_order, key, found)
 
     def _keep_order(self, key: tuple, order: triage.Order) -> None:
         self.order = (key, order)
