@@ -1,10 +1,11 @@
 """The store's side of triage in the explorer: sorted pages, error snippets,
 the next unlabelled failure, counts by a person's label, whole-table exports.
 
-Every function takes the explorer's read-only `sqlite3.Connection` (browse.connect)
-and a `browse.SampleFilter`, whose WHERE clause browse builds; a sort adds only
-the joins its key needs, so sorting by a sample's own column stays an index
-walk and sorting by an evaluation's column one pass over the latest evaluations.
+Every function takes a read-only `sqlite3.Connection` (the explorer lends one
+through `StoreReader.read`) and a `browse.SampleFilter`, whose WHERE clause
+browse builds; a sort adds only the joins its key needs, so sorting by a
+sample's own column stays an index walk and sorting by an evaluation's column
+one pass over the evaluations that speak for the samples (db/verdict.py).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ptxbench.db import browse
-from ptxbench.db.browse import _FROM, _LATEST_LABEL_COL, _SAMPLE_COLUMNS, LATEST_EVAL, LEVEL, SampleFilter, SampleRow
+from ptxbench.db.browse import _LATEST_LABEL_COL, _SAMPLE_COLUMNS, LEVEL, SampleFilter, SampleRow, sample_from, shown_join
 from ptxbench.db.browse_summary import NOTE_HELDOUT, TRIAGE_DIMENSIONS, VERDICT_NOTE, TriageTable
 
 
@@ -39,8 +40,9 @@ UNLABELLED_FAILURE = (
     " AND NOT EXISTS (SELECT 1 FROM labels lx WHERE lx.sample_id = s.id))"
 )
 
-# Sort keys by the samples table's column name: (SQL, the joins it needs).
-_E = f" LEFT JOIN evaluations e ON e.id = {LATEST_EVAL}"
+# Sort keys by the samples table's column name: (SQL, the joins it needs). `_E` stands for the
+# join of the evaluation that speaks (browse.shown_join), which depends on the connection.
+_E = " <shown evaluation>"
 _T = " JOIN tasks t ON t.id = s.task_id"
 _M = f" LEFT JOIN runs r ON r.id = s.run_id LEFT JOIN models m ON m.id = {browse.MODEL_ID}"
 _R = " LEFT JOIN runs r ON r.id = s.run_id"
@@ -102,7 +104,7 @@ def _query_parts(conn: sqlite3.Connection, flt: SampleFilter, sort: Sort, *, wit
     joins, order = _order(sort)
     if needs_eval or with_eval or _E in joins:
         joins = _E + joins.replace(_E, "")  # once, and first: the filter's `e.` conditions read it too
-    return joins, where, order, params
+    return joins.replace(_E, shown_join(conn)), where, order, params
 
 
 def _ordered_ids_sql(flt: SampleFilter, sort: Sort, conn: sqlite3.Connection) -> tuple[str, list[Any]]:
@@ -148,7 +150,7 @@ def lines_for(conn: sqlite3.Connection, ids: list[int], search: str = "") -> lis
     if not ids:
         return []
     marks = ",".join("?" * len(ids))
-    rows = {r[0]: r for r in conn.execute(f"{_COLUMNS} {_FROM} WHERE s.id IN ({marks})", ids)}
+    rows = {r[0]: r for r in conn.execute(f"{_COLUMNS} {sample_from(conn)} WHERE s.id IN ({marks})", ids)}
     matches = match_lines(conn, ids, search) if search.strip() else {}
     out = []
     for sid in ids:
@@ -214,7 +216,7 @@ def match_lines(conn: sqlite3.Connection, ids: list[int], search: str) -> dict[i
     sql = f"""SELECT id, pos, substr(code, max(1, pos - 300), 600), max(1, pos - 300),
                      length(substr(code, 1, pos - 1)) - length(replace(substr(code, 1, pos - 1), char(10), ''))
               FROM (SELECT s.id AS id, COALESCE(e.ptx, s.code) AS code, instr(lower(COALESCE(e.ptx, s.code)), ?) AS pos
-                    FROM samples s LEFT JOIN evaluations e ON e.id = {LATEST_EVAL} WHERE s.id IN ({marks}))
+                    FROM samples s{shown_join(conn)} WHERE s.id IN ({marks}))
               WHERE pos > 0"""
     out: dict[int, tuple[int, str]] = {}
     for sid, pos, window, start, newlines in conn.execute(sql, [word, *ids]):
@@ -267,12 +269,12 @@ def label_triage(conn: sqlite3.Connection, dimension: str = "model", *, include_
         raise ValueError(f"unknown triage dimension {dimension!r}")
     column = {"model": "COALESCE(m.name, '?')", "task": "s.task_id", "level": LEVEL}[dimension]
     counts: dict[str, dict[str, int]] = {}
-    sql = f"SELECT {LABEL_SQL} AS label, {column}, COUNT(*) {_FROM} WHERE s.id IN (SELECT sample_id FROM labels) GROUP BY 1, 2"
+    sql = f"SELECT {LABEL_SQL} AS label, {column}, COUNT(*) {sample_from(conn)} WHERE s.id IN (SELECT sample_id FROM labels) GROUP BY 1, 2"
     for label, value, n in conn.execute(sql):
         if label is not None:
             counts.setdefault(label, {})[value] = n
     if include_unlabelled:
-        for value, n in conn.execute(f"SELECT {column}, COUNT(*) {_FROM} WHERE {UNLABELLED_FAILURE} GROUP BY 1"):
+        for value, n in conn.execute(f"SELECT {column}, COUNT(*) {sample_from(conn)} WHERE {UNLABELLED_FAILURE} GROUP BY 1"):
             counts.setdefault(UNLABELLED, {})[value] = n
     columns = sorted({v for by in counts.values() for v in by})
     rows = [(label, "", sum(by.values()), [by.get(c, 0) for c in columns])
@@ -305,7 +307,7 @@ def sample_codes(conn: sqlite3.Connection, ids: list[int]) -> dict[int, str]:
         return {}
     marks = ",".join("?" * len(ids))
     return dict(conn.execute(
-        f"SELECT s.id, COALESCE(e.ptx, s.code) FROM samples s LEFT JOIN evaluations e ON e.id = {LATEST_EVAL} "
+        f"SELECT s.id, COALESCE(e.ptx, s.code) FROM samples s{shown_join(conn)} "
         f"WHERE s.id IN ({marks})", ids))
 
 

@@ -37,7 +37,7 @@ _REGISTRY: list[tuple[str, str, str, str, str, str, bool]] = [
     ("app", "app.quit", "q", "quit", "Quit", "Leave the explorer", True),
     # -- tables (drill into the row under the cursor) ---------------------------------
     ("table", "table.open", "enter", "select_cursor", "Open", "Open the row under the cursor", True),
-    ("table", "table.mark", "space", "toggle_mark", "Select", "Select or unselect the row (for labelling several at once)", True),
+    ("table", "table.mark", "space", "toggle_mark", "Select", "Add the row to the selection, or take it out (several rows are labelled at once)", True),
     # -- overview ------------------------------------------------------------------
     ("overview", "overview.filter", "slash", "filter", "Filter", "Open the filters (model, task, arch, level)", True),
     ("overview", "overview.sort", "o", "sort", "Sort", "Sort by a column (again: the other direction)", True),

@@ -30,6 +30,7 @@ from ptxbench.tui.screens.base import ViewScreen
 from ptxbench.tui.screens.moves import KernelMoves
 from ptxbench.tui.widgets.common import FilterBar, FilterPanel
 from ptxbench.tui.widgets.key_bar import KeyBar
+from ptxbench.tui.kernel_files import write_table
 from ptxbench.tui.widgets.row_table import RowTable
 
 PAGE_SIZE = 200
@@ -253,16 +254,15 @@ class FixitScreen(KernelMoves, ViewScreen):
         pane.set_class(not pane.has_class("-toggled"), "-toggled")
 
     def action_export(self) -> None:
-        flt, sort, path = self.filter, self.sort, self.ptx.db_path
+        flt, sort, read = self.filter, self.sort, self.ptx.reader.read
 
-        def records():  # noqa: ANN202 - in the export worker
-            conn = browse.connect(path)
-            rows, _, changes = triage.fixit_page(conn, sort=sort, offset=0, limit=1 << 31, **flt.query_args())
+        def produce(path, fmt: str) -> int:  # noqa: ANN001 - in the export worker
+            rows, _, changes = read(triage.fixit_page, sort=sort, offset=0, limit=1 << 31, **flt.query_args())
             dicts = [{**fixit_db.row_dict(r), "changes": triage.changes_text(
                 changes.get((r.failed_sample_id, r.fixed_sample_id), (False, False)))} for r in rows]
-            return (list(dicts[0]) if dicts else ["fix_id"]), dicts
+            return write_table(path, list(dicts[0]) if dicts else ["fix_id"], dicts, fmt)
 
-        self.ask_export("fixit-pairs", f"the Fixit pairs ({escape(flt.describe())})", records)
+        self.ask_export("fixit-pairs", f"the Fixit pairs ({escape(flt.describe())})", produce)
 
     def action_diff(self) -> None:
         if (row := self.selected()) is not None:

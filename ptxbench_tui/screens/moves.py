@@ -12,7 +12,7 @@ from typing import Any
 
 from textual import work
 
-from ptxbench.db import browse, triage
+from ptxbench.db import triage
 from ptxbench.tui.kernel_files import open_in_editor, write_table
 from ptxbench.tui.messages import StoreFailed
 
@@ -65,7 +65,7 @@ class KernelMoves:
     @work(thread=True, exclusive=True, group="kernel-move", exit_on_error=False, description="read kernels")
     def read_codes(self, ids: list[int], then: Callable[[dict[int, str]], None]) -> None:
         try:
-            codes = triage.sample_codes(browse.connect(self.app.db_path), ids)  # type: ignore[attr-defined]
+            codes = self.app.reader.read(triage.sample_codes, ids)  # type: ignore[attr-defined]
         except Exception as exc:  # noqa: BLE001 - reported, the view stays usable
             self.post_message(StoreFailed(f"kernel: {exc}"))  # type: ignore[attr-defined]
             return
@@ -83,21 +83,26 @@ class KernelMoves:
             self.notify(error, severity="warning")  # type: ignore[attr-defined]
 
     # -- exports -----------------------------------------------------------------------
-    def ask_export(self, what: str, describe: str, rows: Callable[[], tuple[Sequence[str], Iterable[dict[str, Any]]]]) -> None:
-        """Ask where, then write `rows()` (columns, row dicts; called in a worker thread)."""
+    def ask_export(self, what: str, describe: str, produce: Callable[[Path, str], int]) -> None:
+        """Ask where and in which format, then `produce(path, fmt)` (in a worker thread; it
+        writes the file and says how many rows)."""
         from ptxbench.tui.screens.pickers import ExportDialog
 
         def chosen(choice) -> None:  # noqa: ANN001 - pickers.ExportChoice | None
             if choice is not None:
-                self.write_export(choice.path, choice.fmt, rows)
+                self.write_export(choice.path, choice.fmt, produce)
 
         self.app.push_screen(ExportDialog(what, describe), chosen)  # type: ignore[attr-defined]
 
+    def export_rows(self, what: str, describe: str, columns: Sequence[str], rows: Iterable[dict[str, Any]]) -> None:
+        """Export rows already in memory (a table the view computed)."""
+        rows = list(rows)
+        self.ask_export(what, describe, lambda path, fmt: write_table(path, columns, rows, fmt))
+
     @work(thread=True, exclusive=True, group="export", exit_on_error=False, description="export")
-    def write_export(self, path: Path, fmt: str, rows: Callable[[], tuple[Sequence[str], Iterable[dict[str, Any]]]]) -> None:
+    def write_export(self, path: Path, fmt: str, produce: Callable[[Path, str], int]) -> None:
         try:
-            columns, records = rows()
-            n = write_table(path, columns, records, fmt)
+            n = produce(path, fmt)
         except Exception as exc:  # noqa: BLE001 - a path that cannot be written is said, not fatal
             self.post_message(StoreFailed(f"export: {exc}"))  # type: ignore[attr-defined]
             return

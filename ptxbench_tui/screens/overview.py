@@ -217,15 +217,11 @@ class OverviewScreen(KernelMoves, ViewScreen):
         self.redraw()
 
     def action_export(self) -> None:
-        rows = list(self.rows)
+        dicts = [r.as_dict() if hasattr(r, "as_dict") else asdict(r) for r in self.rows]
         unit = "per-trajectory" if self.trajectories else "per-sample"
-
-        def records():  # noqa: ANN202 - in the export worker
-            dicts = [r.as_dict() if hasattr(r, "as_dict") else asdict(r) for r in rows]
-            return (list(dicts[0]) if dicts else ["model"]), dicts
-
         described = self._describe_filter().removesuffix(" · / filters")
-        self.ask_export(f"overview-{unit}", f"{len(rows)} {unit} overview rows ({described})", records)
+        self.export_rows(f"overview-{unit}", f"{len(dicts)} {unit} overview rows ({described})",
+                         list(dicts[0]) if dicts else ["model"], dicts)
 
     @work(thread=True, exclusive=True, group="overview-metrics", exit_on_error=False, description="trajectory metrics")
     def load_metrics(self) -> None:

@@ -21,6 +21,7 @@ from ptxbench.tui.screens.base import ViewScreen
 from ptxbench.tui.screens.moves import KernelMoves
 from ptxbench.tui.verdict import LEGEND, verdict
 from ptxbench.tui.widgets.common import FilterBar, FilterPanel, num, speed
+from ptxbench.tui.kernel_files import write_table
 from ptxbench.tui.widgets.row_table import RowTable
 
 PAGE_SIZE = 200
@@ -275,12 +276,12 @@ class SamplesScreen(KernelMoves, ViewScreen):
     def find_unlabelled(self, flt: browse.SampleFilter, sort: triage.Sort, position: int | None, from_sample: int | None,
                         backwards: bool, open_it: bool) -> None:
         try:
-            conn = browse.connect(self.ptx.db_path)
+            read = self.ptx.reader.read
             if position is None and from_sample is not None:
-                position = triage.position_of(conn, flt, sort, from_sample)
+                position = read(triage.position_of, flt, sort, from_sample)
             if position is None:
                 position = -1 if not backwards else 1 << 62  # not in this table: from its start (or end)
-            found = triage.next_unlabelled(conn, flt, sort, position, backwards=backwards)
+            found = read(triage.next_unlabelled, flt, sort, position, backwards=backwards)
         except Exception as exc:  # noqa: BLE001
             self.post_message(StoreFailed(f"samples: {exc}"))
             return
@@ -343,14 +344,15 @@ class SamplesScreen(KernelMoves, ViewScreen):
         self.collect_ids(self.filter)
 
     def action_export(self) -> None:
-        flt, sort, path = self.filter, self.sort, self.ptx.db_path
+        flt, sort, read = self.filter, self.sort, self.ptx.reader.read
 
-        def rows():  # noqa: ANN202 - in the export worker
-            conn = browse.connect(path)
-            return triage.EXPORT_FIELDS, (triage.line_dict(r) for r in triage.iter_lines(conn, flt, sort))
+        def produce(path, fmt: str) -> int:  # noqa: ANN001 - in the export worker
+            # In one read snapshot, a chunk of rows at a time: a whole store never sits in memory.
+            return read(lambda conn: write_table(path, triage.EXPORT_FIELDS,
+                                                 (triage.line_dict(r) for r in triage.iter_lines(conn, flt, sort)), fmt))
 
         total = "" if self.total is None else f"{self.total:,} "
-        self.ask_export("samples", f"{total}samples ({flt.describe()}, {sort.describe()})", rows)
+        self.ask_export("samples", f"{total}samples ({flt.describe()}, {sort.describe()})", produce)
 
     @work(thread=True, exclusive=True, group="samples-ids", exit_on_error=False, description="ids to re-verify")
     def collect_ids(self, flt: browse.SampleFilter) -> None:

@@ -62,7 +62,7 @@ class TriageScreen(KernelMoves, ViewScreen):
     @work(thread=True, exclusive=True, group="triage-labels", exit_on_error=False, description="label counts")
     def load_labels(self, dimension: str) -> None:
         try:
-            data = triage.label_triage(browse.connect(self.ptx.db_path), dimension)
+            data = self.ptx.reader.read(triage.label_triage, dimension)
         except Exception as exc:  # noqa: BLE001
             self.post_message(StoreFailed(f"triage: {exc}"))
             return
@@ -152,5 +152,5 @@ class TriageScreen(KernelMoves, ViewScreen):
         first = "label" if self.by_label else "category"
         columns = [first, "note", "total", *data.columns]
         rows = [dict(zip(columns, [c, NOTE_TEXT.get(n, ""), t, *counts])) for c, n, t, counts in data.rows]
-        self.ask_export(f"triage-{'labels' if self.by_label else 'verdicts'}-by-{self.dimension}",
-                        f"the triage counts by {self.dimension} ({len(rows)} rows)", lambda: (columns, rows))
+        self.export_rows(f"triage-{'labels' if self.by_label else 'verdicts'}-by-{self.dimension}",
+                         f"the triage counts by {self.dimension} ({len(rows)} rows)", columns, rows)
