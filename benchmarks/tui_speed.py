@@ -2,6 +2,7 @@
 
     python benchmarks/tui_speed.py                      # makes /tmp/ptxbench-tui-bench.sqlite once
     python benchmarks/tui_speed.py --store PATH --repeat 7
+    python benchmarks/tui_speed.py --only views,diff  # some of it: paint, views, diff, memory
 
 Prints medians (and the spread) of:
 - first paint: a fresh `ptxbench-tui` process, headless, from launch to the
@@ -12,9 +13,18 @@ Prints medians (and the spread) of:
 - opening a long kernel: a sample with a ~3 000-line PTX (the attention expert
   solution) and one with a ~5 000-line PTX (the GEMM expert), from the request
   to the highlighted PTX painted;
+- the diff of the largest expert: a GEMM mutation beside the GEMM expert it was
+  made from (5 105 lines each; the default store's seeded fix pair, in a store
+  seeded from the repository), from the request to the highlighted diff painted,
+  in a fresh process (the first open, what a person meets) and again in a warm
+  one; and the GEMM expert beside the attention expert (two different kernels,
+  difflib's worst case) on the big store;
+- a sort on 100 000 samples: the samples view sorted by a column (in SQL, every
+  sample), from the request to the first sorted page painted;
 - memory: the peak RSS of an explorer process that visited every view.
-Targets (issue 5): first paint ≤ 1.0 s, filter change ≤ 100 ms, 3 000-line
-PTX ≤ 0.5 s, RSS < 300 MB. The store is synthetic (benchmarks/make_big_store.py).
+Targets (issues 5 and 16): first paint ≤ 1.0 s, filter change ≤ 100 ms, 3 000-line
+PTX ≤ 0.5 s, diff ≤ 0.3 s, sort ≤ 150 ms, RSS < 300 MB. The big store is synthetic
+(benchmarks/make_big_store.py).
 """
 
 from __future__ import annotations
@@ -29,6 +39,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_STORE = Path("/tmp/ptxbench-tui-bench.sqlite")
+SEEDED_STORE = Path("/tmp/ptxbench-tui-bench-seeded.sqlite")  # the default store's seed: experts and mutations
+SORT_COLUMNS = ("Speedup", "Category", "Model", "Task")
 SIZE = (160, 45)
 
 # Run in a child process: one explorer, headless, reporting what it measured as JSON.
@@ -68,6 +80,16 @@ async def main():
         await painted(pilot)
         out["first_paint_s"] = time.perf_counter() - T0
         out["overview_rows"] = table.row_count
+        if MODE == "diff":
+            from ptxbench.tui.messages import ShowDiff
+            from ptxbench.tui.screens.diff import DiffScreen
+            left, right = int(sys.argv[3]), int(sys.argv[4])
+            t = time.perf_counter()
+            app.post_message(ShowDiff(left, right))
+            await until(pilot, lambda: isinstance(app.screen, DiffScreen) and app.screen.result_stats and not app.screen.computing)
+            await painted(pilot)
+            out["diff_open_s"] = time.perf_counter() - t
+            out["diff_lines"] = len(app.screen.query_one("#diff-view").result.left_lines)
         if MODE == "visit":
             for key in "2345671":
                 await pilot.press(key)
@@ -101,13 +123,13 @@ def ensure_store(path: Path, n: int) -> None:
         print(f"  {part}: {seconds:.1f} s")
 
 
-def child(store: Path, mode: str, *, cold: bool = False) -> tuple[dict, float]:
+def child(store: Path, mode: str, *args: str, cold: bool = False) -> tuple[dict, float]:
     if cold:
         from ptxbench.tui.summary_cache import cache_file
 
         cache_file(store).unlink(missing_ok=True)
     start = time.perf_counter()
-    result = subprocess.run([sys.executable, "-c", CHILD, str(store), mode], capture_output=True, text=True, timeout=300)
+    result = subprocess.run([sys.executable, "-c", CHILD, str(store), mode, *args], capture_output=True, text=True, timeout=300)
     wall = time.perf_counter() - start
     line = next((x for x in result.stdout.splitlines() if x.startswith("RESULT ")), None)
     if line is None:
@@ -133,6 +155,44 @@ async def settle(pilot) -> None:
         except WorkerCancelled:
             continue
     await pilot.pause()
+
+
+def seeded_store() -> tuple[Path, int, int, int]:
+    """The default store's seed (tasks, experts, mutations with their fixes) and its GEMM fix pair."""
+    from ptxbench.db import browse
+    from ptxbench.db.seed import ensure_default_store
+
+    ensure_default_store(SEEDED_STORE).conn.close()
+    conn = browse.connect(SEEDED_STORE, cached=False)
+    expert = browse.expert_sample_id(conn, "gemm_bf16_sm90a")
+    failed = conn.execute("SELECT failed_sample_id FROM fixes WHERE fixed_sample_id = ? ORDER BY id LIMIT 1", (expert,)).fetchone()
+    if failed is None:
+        raise SystemExit(f"{SEEDED_STORE} has no fix pair on the GEMM expert")
+    lines = len(browse.sample_detail(conn, expert).ptx.splitlines())
+    conn.close()
+    return SEEDED_STORE, failed[0], expert, lines
+
+
+async def open_diffs(store: Path, pairs: list[tuple[int, int]], repeat: int) -> list[float]:
+    """Request → highlighted diff painted, in ms, each pair `repeat` times in one warm app."""
+    from ptxbench.tui.app import make_app
+    from ptxbench.tui.messages import ShowDiff
+    from ptxbench.tui.screens.diff import DiffScreen
+
+    times = []
+    app = make_app(store, theme="ptxbench")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        for left, right in pairs * repeat:
+            t = time.perf_counter()
+            app.post_message(ShowDiff(left, right))
+            while not (isinstance(app.screen, DiffScreen) and app.screen.result_stats and not app.screen.computing):
+                await pilot.pause(0.001)
+            await painted(pilot)
+            times.append((time.perf_counter() - t) * 1000)
+            app.pop_screen()
+            await pilot.pause()
+    return times
 
 
 async def in_process(store: Path, repeat: int) -> dict[str, list[float]]:
@@ -173,6 +233,25 @@ async def in_process(store: Path, repeat: int) -> dict[str, list[float]]:
                 out["samples_filter_ms"].append((time.perf_counter() - t) * 1000)
             samples.action_clear_filters()
             await settle(pilot)
+        # Sort: every sample by a column, in SQL; request → the first sorted page painted. The
+        # first sort by a column reads the order; the other direction (and paging) slice it.
+        for _ in range(repeat):
+            for column in SORT_COLUMNS:
+                for kind in ("first", "reverse"):
+                    request = samples.request
+                    t = time.perf_counter()
+                    samples.set_sort(column)
+                    while samples.request == request or samples.rows_request != samples.request:
+                        await pilot.pause(0.001)
+                    await painted(pilot)
+                    out.setdefault(f"sort_{kind}_{column}_ms", []).append((time.perf_counter() - t) * 1000)
+                    # The whole order is read after the page is painted, while a person looks at it:
+                    # wait for it, so the next measurement does not share the CPU with it.
+                    while not (samples.order and samples.order[0][1] == column):
+                        await pilot.pause(0.01)
+                    await settle(pilot)
+            samples.action_clear_filters()
+            await settle(pilot)
         conn = browse.connect(store)
         for key, task in (("ptx_3k_open_ms", "attn_fwd_sm90a"), ("ptx_5k_open_ms", "gemm_bf16_sm90a")):
             sid = browse.expert_sample_id(conn, task)
@@ -195,21 +274,15 @@ def describe(values: list[float], unit: str) -> str:
     return f"median {med:.3g} {unit} (min {min(values):.3g}, max {max(values):.3g}, n={len(values)})"
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--store", type=Path, default=DEFAULT_STORE)
-    parser.add_argument("-n", "--samples", type=int, default=100_000)
-    parser.add_argument("--repeat", type=int, default=5)
-    args = parser.parse_args()
-    ensure_store(args.store, args.samples)
-    count = __import__("sqlite3").connect(args.store).execute("SELECT COUNT(*) FROM samples").fetchone()[0]
-    print(f"store: {args.store} ({count:,} samples, {args.store.stat().st_size / 1e6:.0f} MB)")
+PARTS = ("paint", "views", "diff", "memory")
 
-    child(args.store, "paint")  # one warm-up run: the OS page cache, compiled bytecode
+
+def report_paint(store: Path, repeat: int) -> None:
+    child(store, "paint")  # one warm-up run: the OS page cache, compiled bytecode
     for label, cold in (("first start on this store (no saved summary)", True), ("a later start (store unchanged)", False)):
         firsts, frames, walls = [], [], []
-        for _ in range(args.repeat):
-            result, wall = child(args.store, "paint", cold=cold)
+        for _ in range(repeat):
+            result, wall = child(store, "paint", cold=cold)
             firsts.append(result["first_paint_s"])
             frames.append(result["first_frame_s"])
             walls.append(wall)
@@ -218,16 +291,65 @@ def main() -> int:
         print(f"  first paint (process start → overview rates shown): {describe(firsts, 's')}   target ≤ 1.0 s")
         print(f"  whole process incl. interpreter start and exit:     {describe(walls, 's')}")
 
+
+def report_views(store: Path, repeat: int) -> None:
     import asyncio
 
-    measured = asyncio.run(in_process(args.store, args.repeat))
+    measured = asyncio.run(in_process(store, repeat))
     print(f"filter change, samples view (SQL page):               {describe(measured['samples_filter_ms'], 'ms')}   target ≤ 100 ms")
     print(f"filter change, overview (cached cells):               {describe(measured['overview_filter_ms'], 'ms')}")
     print(f"open a {measured['ptx_3k_open_ms_lines'][0]}-line PTX (request → painted):        {describe(measured['ptx_3k_open_ms'], 'ms')}   target ≤ 500 ms")
     print(f"open a {measured['ptx_5k_open_ms_lines'][0]}-line PTX (request → painted):        {describe(measured['ptx_5k_open_ms'], 'ms')}")
+    firsts = [v for c in SORT_COLUMNS for v in measured[f"sort_first_{c}_ms"]]
+    reverses = [v for c in SORT_COLUMNS for v in measured[f"sort_reverse_{c}_ms"]]
+    print(f"sort 100 000 samples by a column (request → first page): {describe(firsts, 'ms')}   target ≤ 150 ms")
+    for column in SORT_COLUMNS:
+        print(f"  by {column + ':':<10}{describe(measured[f'sort_first_{column}_ms'], 'ms')}")
+    print(f"  the other direction (the order kept):               {describe(reverses, 'ms')}")
 
-    result, _ = child(args.store, "visit")
+
+def report_diff(store: Path, repeat: int) -> None:
+    import asyncio
+
+    from ptxbench.db import browse
+
+    seeded, failed, expert, raw_lines = seeded_store()
+    firsts = [child(seeded, "diff", str(failed), str(expert))[0] for _ in range(repeat)]
+    lines = firsts[0]["diff_lines"]
+    print(f"diff of the largest expert, a GEMM mutation ⟷ the GEMM expert ({raw_lines:,} lines a side, {lines:,} after the noise filter):")
+    print(f"  first open, fresh process (request → painted):     {describe([f['diff_open_s'] * 1000 for f in firsts], 'ms')}   target ≤ 300 ms")
+    warm = asyncio.run(open_diffs(seeded, [(failed, expert)], repeat))
+    print(f"  again, warm (request → painted):                    {describe(warm, 'ms')}")
+    conn = browse.connect(store)
+    pair = (browse.expert_sample_id(conn, "gemm_bf16_sm90a"), browse.expert_sample_id(conn, "attn_fwd_sm90a"))
+    unlike = asyncio.run(open_diffs(store, [pair], repeat))
+    print(f"  the GEMM expert ⟷ the attention expert (two kernels, big store): {describe(unlike, 'ms')}")
+
+
+def report_memory(store: Path, _repeat: int) -> None:
+    result, _ = child(store, "visit")
     print(f"peak RSS after visiting every view, a 5k-line sample and a diff: {result['peak_rss_mb']:.0f} MB   target < 300 MB")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--store", type=Path, default=DEFAULT_STORE)
+    parser.add_argument("-n", "--samples", type=int, default=100_000)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--only", default=",".join(PARTS),
+                        help=f"comma-separated parts to measure: {', '.join(PARTS)} (default: all)")
+    args = parser.parse_args()
+    parts = [part.strip() for part in args.only.split(",") if part.strip()]
+    unknown = set(parts) - set(PARTS)
+    if unknown:
+        parser.error(f"unknown part(s): {', '.join(sorted(unknown))}")
+    ensure_store(args.store, args.samples)
+    count = __import__("sqlite3").connect(args.store).execute("SELECT COUNT(*) FROM samples").fetchone()[0]
+    print(f"store: {args.store} ({count:,} samples, {args.store.stat().st_size / 1e6:.0f} MB)")
+    reports = {"paint": report_paint, "views": report_views, "diff": report_diff, "memory": report_memory}
+    for part in PARTS:
+        if part in parts:
+            reports[part](args.store, args.repeat)
     return 0
 
 

@@ -78,6 +78,8 @@ class SampleFilter:
     context_level: str = ""
     category: str = ""
     text: str = ""  # full-text search over code and evidence
+    note: str = ""  # browse_summary.NOTE_*: only verdicts that never ran, or that fail at held-out sizes
+    label: str = ""  # the category of a person's latest label
     labelled_only: bool = False
     fixit_only: bool = False
 
@@ -93,6 +95,8 @@ class SampleFilter:
                 ("arch", self.arch),
                 ("level", self.context_level),
                 ("category", self.category),
+                ("verdict", {"heldout": "held-out ✗", "not_run": "not run"}.get(self.note, self.note)),
+                ("label", self.label),
                 ("search", self.text),
             )
             if value
@@ -160,11 +164,18 @@ def _where(flt: SampleFilter, fts: FtsTables) -> tuple[str, list[Any], bool]:
         needs_eval = True
         if flt.category == "unevaluated":
             clauses.append("NOT EXISTS (SELECT 1 FROM evaluations x WHERE x.sample_id = s.id)")
-        elif flt.category == "skipped":
-            clauses.append(f"s.id IN (SELECT sample_id FROM evaluations WHERE status LIKE 'skipped:%') AND {SKIPPED}")
+        elif flt.category in ("skipped", "not run"):  # the GPU stages never ran: a hardware skip or static-only
+            clauses.append("s.id IN (SELECT sample_id FROM evaluations WHERE status <> 'judged') AND e.status <> 'judged'")
         else:
             clauses.append("s.id IN (SELECT sample_id FROM evaluations WHERE category = ?) AND e.category = ?")
             params.extend([flt.category, flt.category])
+    if flt.note:
+        needs_eval = True
+        clauses.append("e.status <> 'judged'" if flt.note == "not_run"
+                       else "e.status = 'judged' AND e.correct = 1 AND e.correct_heldout = 0")
+    if flt.label:
+        clauses.append(f"s.id IN (SELECT sample_id FROM labels WHERE category = ?) AND ({_LATEST_LABEL_COL.format(col='l.category')}) = ?")
+        params.extend([flt.label, flt.label])
     if flt.labelled_only:
         clauses.append("s.id IN (SELECT sample_id FROM labels)")
     if flt.fixit_only:

@@ -16,8 +16,11 @@ import sqlite3
 from dataclasses import dataclass
 
 from ptxbench.db import verdict
-from ptxbench.db.browse import SKIPPED, USES, SampleFilter, sample_from, shown_join
+from ptxbench.db.browse import USES, SampleFilter, sample_from, shown_join
 from ptxbench.engine.categories import STAGE_OF
+
+NOT_RUN = "(e.status <> 'judged')"
+
 
 def _categories_of(stages: tuple[str, ...]) -> str:
     return ", ".join(f"'{c}'" for c, stage in STAGE_OF.items() if stage in stages)
@@ -30,14 +33,28 @@ _BEFORE_COMPILE = ("extract", "assemble")
 _BEFORE_CORRECT = ("extract", "assemble", "load", "run", "verify")
 COMPILED_TRI = f"CASE WHEN e.compiled IS NOT NULL THEN e.compiled WHEN e.category IN ({_categories_of(_BEFORE_COMPILE)}) THEN 0 END"
 CORRECT_TRI = f"CASE WHEN e.correct IS NOT NULL THEN e.correct WHEN e.category IN ({_categories_of(_BEFORE_CORRECT)}) THEN 0 END"
+# A kernel that did not assemble has no machine code, so it cannot use what was
+# asked in SASS: false, as db/metrics.py counts it (its PTX may still name the families).
 USES_TRI = (
-    "CASE WHEN e.uses_ptx = 0 OR e.uses_sass = 0 THEN 0 "
-    f"WHEN {USES} IS NOT NULL THEN {USES} WHEN e.category IN ({_categories_of(_BEFORE_COMPILE)}) THEN 0 END"
+    f"CASE WHEN e.category IN ({_categories_of(_BEFORE_COMPILE)}) THEN 0 "
+    "WHEN e.uses_ptx = 0 OR e.uses_sass = 0 THEN 0 "
+    f"WHEN {USES} IS NOT NULL THEN {USES} END"
 )
 FAST_1_TRI = (
     "CASE WHEN e.speedup IS NOT NULL AND e.speedup <= 1.0 THEN 0 "
     f"WHEN ({CORRECT_TRI}) = 0 OR ({USES_TRI}) = 0 THEN 0 "
     f"WHEN ({CORRECT_TRI}) IS NULL OR ({USES_TRI}) IS NULL OR e.speedup IS NULL THEN NULL ELSE 1 END"
+)
+
+
+# What a category alone does not say (ptxbench_tui/verdict.py writes it): the GPU
+# stages never ran (a hardware skip or static-only judging), or the kernel is
+# correct on the train sizes but wrong at the held-out ones.
+NOTE_NOT_RUN = "not_run"
+NOTE_HELDOUT = "heldout"
+VERDICT_NOTE = (
+    f"CASE WHEN e.status <> 'judged' THEN '{NOTE_NOT_RUN}' "
+    f"WHEN e.correct = 1 AND e.correct_heldout = 0 THEN '{NOTE_HELDOUT}' ELSE '' END"
 )
 
 
@@ -49,7 +66,7 @@ class Cell:
     context_level: str
     category: str | None  # None: never evaluated
     samples: int
-    skipped: int  # evaluations that are a hardware skip, not a judgement
+    skipped: int  # the GPU stages never ran: a hardware skip or static-only judging (NOTE_NOT_RUN)
     compiled: tuple[int, int]  # (true, known)
     correct: tuple[int, int]
     uses: tuple[int, int]
@@ -57,6 +74,7 @@ class Cell:
     best_speedup: float | None
     log_speedup_sum: float  # over correct samples with a speedup
     log_speedup_n: int
+    note: str = ""  # VERDICT_NOTE of these samples' latest evaluations
 
 
 def cells(conn: sqlite3.Connection) -> list[Cell]:
@@ -65,21 +83,21 @@ def cells(conn: sqlite3.Connection) -> list[Cell]:
     archs = dict(conn.execute("SELECT id, arch FROM tasks"))
     facts = ", ".join(f"SUM(({x}) = 1), COUNT({x})" for x in (COMPILED_TRI, CORRECT_TRI, USES_TRI, FAST_1_TRI))
     sql = f"""
-    SELECT s.model_id, s.run_id, s.task_id, e.category, COUNT(*), SUM({SKIPPED}), {facts},
+    SELECT s.model_id, s.run_id, s.task_id, e.category, COUNT(*), SUM({NOT_RUN}), {facts},
            MAX(CASE WHEN e.correct = 1 THEN e.speedup END),
            SUM(CASE WHEN e.correct = 1 AND e.speedup > 0 THEN ln(e.speedup) END),
-           SUM(e.correct = 1 AND e.speedup > 0)
+           SUM(e.correct = 1 AND e.speedup > 0), {VERDICT_NOTE}
     FROM samples s{shown_join(conn)}
-    GROUP BY s.model_id, s.run_id, s.task_id, e.category
+    GROUP BY s.model_id, s.run_id, s.task_id, e.category, 18
     """
     merged: dict[tuple, list] = {}
     for row in conn.execute(sql):
         model_id, run_id, task_id, category, n, skipped = row[:6]
         pairs = [(row[6 + 2 * i] or 0, row[7 + 2 * i] or 0) for i in range(4)]
-        best, logsum, logn = row[14], row[15] or 0.0, row[16] or 0
+        best, logsum, logn, note = row[14], row[15] or 0.0, row[16] or 0, row[17] or ""
         run_model, level = runs.get(run_id, (None, "none"))
         model = models.get(model_id if model_id is not None else run_model, "?")
-        key = (model, task_id, archs.get(task_id, "?"), level or "none", category)
+        key = (model, task_id, archs.get(task_id, "?"), level or "none", category, note)
         acc = merged.get(key)
         if acc is None:
             merged[key] = [n, skipped or 0, *pairs, best, logsum, logn]
@@ -91,11 +109,12 @@ def cells(conn: sqlite3.Connection) -> list[Cell]:
         acc[6] = max((x for x in (acc[6], best) if x is not None), default=None)
         acc[7] += logsum
         acc[8] += logn
-    return [Cell(*key, *vals) for key, vals in sorted(merged.items(), key=lambda kv: tuple(str(k) for k in kv[0]))]
+    return [Cell(*key[:5], *vals, note=key[5]) for key, vals in sorted(merged.items(), key=lambda kv: tuple(str(k) for k in kv[0]))]
 
 
-# Bumped when the cells change meaning (2: the evaluation rule of db/verdict.py).
-SUMMARY_VERSION = 2
+# Bumped when the cells change meaning (2: the evaluation rule of db/verdict.py;
+# 3: each cell carries its verdict note).
+SUMMARY_VERSION = 3
 
 
 def fingerprint(conn: sqlite3.Connection) -> list:
@@ -217,27 +236,30 @@ TRIAGE_DIMENSIONS = ("model", "task", "level")
 class TriageTable:
     dimension: str
     columns: list[str]  # the dimension's values
-    rows: list[tuple[str, int, list[int]]]  # category, total, count per column
+    rows: list[tuple[str, str, int, list[int]]]  # category, verdict note, total, count per column
 
 
 def triage(all_cells: list[Cell], dimension: str = "model", *, include_ok: bool = False) -> TriageTable:
-    """Counts of latest-evaluation categories by model, task or context level."""
+    """Counts of latest-evaluation verdicts (category and note) by model, task or context level.
+
+    An `ok` that failed at held-out sizes, or that never ran, is a row of its own and
+    is always counted: only a plain `ok` is left out unless `include_ok`."""
     if dimension not in TRIAGE_DIMENSIONS:
         raise ValueError(f"unknown triage dimension {dimension!r}")
     pick = {"model": lambda c: c.model, "task": lambda c: c.task_id, "level": lambda c: c.context_level}[dimension]
-    counts: dict[str, dict[str, int]] = {}
+    counts: dict[tuple[str, str], dict[str, int]] = {}
     columns: set[str] = set()
     for c in all_cells:
         # A verdict reached by the static stages stands even when the GPU stages were skipped.
-        if c.category is None or (c.category == "ok" and not include_ok):
+        if c.category is None or (c.category == "ok" and not c.note and not include_ok):
             continue
-        by = counts.setdefault(c.category, {})
+        by = counts.setdefault((c.category, c.note), {})
         by[pick(c)] = by.get(pick(c), 0) + c.samples
         columns.add(pick(c))
     ordered = sorted(columns)
     rows = [
-        (cat, sum(by.values()), [by.get(col, 0) for col in ordered])
-        for cat, by in sorted(counts.items(), key=lambda kv: (-sum(kv[1].values()), kv[0]))
+        (cat, note, sum(by.values()), [by.get(col, 0) for col in ordered])
+        for (cat, note), by in sorted(counts.items(), key=lambda kv: (-sum(kv[1].values()), kv[0]))
     ]
     return TriageTable(dimension, ordered, rows)
 

@@ -24,7 +24,9 @@ from ptxbench.tui import keys
 from ptxbench.tui.commands import BindingCommands
 from ptxbench.tui.config import Config
 from ptxbench.tui.labelling import Labelling
-from ptxbench.tui.messages import CellsLoaded, Reverify, ShowDiff, ShowSample, ShowSamples, StoreFailed
+from ptxbench.tui.messages import (
+    CellsLoaded, Reverify, ShowDiff, ShowSample, ShowSamples, StepUnlabelled, StoreFailed,
+)
 from ptxbench.tui.screens.overview import OverviewScreen
 
 
@@ -60,6 +62,8 @@ class PtxbenchApp(Labelling, App[int]):
     }
     MODES = {name: name for name in SCREENS}
     DEFAULT_MODE = "overview"
+    # Below 120 columns a screen is `-narrow`: the Fixit statistics fold away.
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
     BINDINGS = keys.bindings("app")
     COMMANDS = App.COMMANDS | {BindingCommands}
 
@@ -182,7 +186,34 @@ class PtxbenchApp(Labelling, App[int]):
     def on_show_sample(self, message: ShowSample) -> None:
         from ptxbench.tui.screens.sample import SampleScreen
 
-        self.push_screen(SampleScreen(message.sample_id))
+        self.push_screen(SampleScreen(message.sample_id, line=message.line))
+
+    async def on_step_unlabelled(self, message: StepUnlabelled) -> None:
+        """`n`/`p` on a sample's screen: the samples table finds the next one and opens it in its place."""
+        from ptxbench.tui.screens.sample import SampleScreen
+
+        if isinstance(self.screen, SampleScreen):
+            self.pop_screen()
+        if self.current_mode != "samples":
+            await self.switch_mode("samples")
+        self.get_screen("samples").step(backwards=message.backwards, from_sample=message.sample_id, open_it=True)
+
+    def ask_labels(self, sample_ids: list[int]) -> None:
+        """One label for several selected samples: each gets its own row in `labels` (labelling.py)."""
+        from ptxbench.tui.screens.bulk_label import BulkLabelDialog
+
+        if not self.can_write("labels"):
+            return
+
+        def saved(choice) -> None:  # noqa: ANN001 - dialogs.LabelChoice | None
+            if choice is None:
+                return
+            for i, sid in enumerate(sample_ids):
+                # One message for the lot, when the last is in the store.
+                what = f"the label of {len(sample_ids)} samples" if i == len(sample_ids) - 1 else ""
+                self.save_label(sid, choice.category, choice.note, choice.fixit, what)
+
+        self.push_screen(BulkLabelDialog(sample_ids), saved)
 
     def on_show_diff(self, message: ShowDiff) -> None:
         from ptxbench.tui.screens.diff import DiffScreen

@@ -5,6 +5,11 @@ Before comparing, lines can be cleaned the way Compiler Explorer does it:
 debug directives (`.loc`, `.file`) and comment lines dropped, SASS addresses
 and encodings dropped, registers renumbered in order of first use (so a
 kernel that only renamed `%r12` to `%r7` diffs as equal), whitespace ignored.
+
+Inside a changed line the tokens that differ are found too (a second difflib
+pass over the line's tokens: `setmaxnreg.inc.sync.aligned.u32 244` against
+`… 240` marks only the number), and the rows where a run of changes starts
+are kept as hunks for the next/previous-change keys.
 """
 
 from __future__ import annotations
@@ -30,21 +35,36 @@ class DiffOptions:
     context: int = 3  # lines of context around changes; -1 shows everything
 
 
+Spans = tuple[tuple[int, int], ...]
+
+
 @dataclass(frozen=True)
 class DiffRow:
     kind: str  # equal | delete | insert | replace | skip
-    left_no: int | None = None
-    left: str = ""
+    left_no: int | None = None  # the line's number in its kernel (1-based)
+    left: str = ""  # the line as shown: cleaned, tabs expanded
     right_no: int | None = None
     right: str = ""
+    left_index: int | None = None  # the line's index in DiffResult.left_lines (for highlighting)
+    right_index: int | None = None
+
+    def changed(self, *, whitespace: bool = True) -> tuple[Spans, Spans]:
+        """The spans of each side that differ from the other (a replace row's tokens), else none."""
+        return changed_spans(self.left, self.right, whitespace=whitespace) if self.kind == "replace" else ((), ())
 
 
 @dataclass
 class DiffResult:
+    """The rows to paint; a changed row's tokens are found when it is painted (DiffRow.changed)."""
+
     rows: list[DiffRow] = field(default_factory=list)
     added: int = 0
     removed: int = 0
     changed: int = 0
+    left_lines: list[str] = field(default_factory=list)  # every kept line of each side, as shown
+    right_lines: list[str] = field(default_factory=list)
+    hunks: list[int] = field(default_factory=list)  # indices of rows where a run of changes starts
+    whitespace: bool = True  # whether whitespace was ignored (token changes follow it)
 
     @property
     def stats(self) -> str:
@@ -126,30 +146,79 @@ def _key(line: str, opts: DiffOptions) -> str:
     return " ".join(line.split()) if opts.whitespace else line
 
 
-def diff(left_text: str, right_text: str, opts: DiffOptions = DiffOptions()) -> DiffResult:
-    left = clean_lines(left_text, opts)
-    right = clean_lines(right_text, opts)
-    matcher = difflib.SequenceMatcher(None, [_key(t, opts) for _, t in left], [_key(t, opts) for _, t in right], autojunk=False)
-    result = DiffResult()
-    if opts.context < 0:
-        groups = [matcher.get_opcodes()]
+TAB = 4
+# Letters, digits and single marks apart, so `m64n250k16` against `m64n256k16` marks `250`/`256`.
+_TOKEN = re.compile(r"[A-Za-z_$%]+|\d+|\s+|[^\sA-Za-z_$%\d]")
+
+
+# Above this many token pairs the middle of two lines is marked whole: difflib is quadratic, and a
+# `wgmma` with 128 accumulator registers against an unrelated line is not worth 10 ms a row.
+MAX_TOKEN_PAIRS = 40_000
+
+
+def changed_spans(a: str, b: str, *, whitespace: bool = True) -> tuple[Spans, Spans]:
+    """The character spans of `a` and of `b` that differ, token by token."""
+    ta = [m.span() for m in _TOKEN.finditer(a)]
+    tb = [m.span() for m in _TOKEN.finditer(b)]
+
+    def keys(text: str, spans: list[tuple[int, int]]) -> list[str]:
+        words = [text[i:j] for i, j in spans]
+        return [" " if whitespace and w.isspace() else w for w in words]
+
+    ka, kb = keys(a, ta), keys(b, tb)
+    # The common head and tail first: most changed lines differ in one place.
+    head = 0
+    while head < min(len(ka), len(kb)) and ka[head] == kb[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(ka), len(kb)) - head and ka[-1 - tail] == kb[-1 - tail]:
+        tail += 1
+    ma, mb = ka[head:len(ka) - tail], kb[head:len(kb) - tail]
+    if len(ma) * len(mb) > MAX_TOKEN_PAIRS:
+        opcodes = [("replace", 0, len(ma), 0, len(mb))]
     else:
-        groups = list(matcher.get_grouped_opcodes(opts.context))
+        opcodes = difflib.SequenceMatcher(None, ma, mb, autojunk=False).get_opcodes()
+    left: list[tuple[int, int]] = []
+    right: list[tuple[int, int]] = []
+    for tag, i1, i2, j1, j2 in opcodes:
+        if tag == "equal":
+            continue
+        if i2 > i1:
+            left.append((ta[head + i1][0], ta[head + i2 - 1][1]))
+        if j2 > j1:
+            right.append((tb[head + j1][0], tb[head + j2 - 1][1]))
+    return tuple(left), tuple(right)
+
+
+def diff(left_text: str, right_text: str, opts: DiffOptions = DiffOptions()) -> DiffResult:
+    left = [(n, t.expandtabs(TAB)) for n, t in clean_lines(left_text, opts)]
+    right = [(n, t.expandtabs(TAB)) for n, t in clean_lines(right_text, opts)]
+    matcher = difflib.SequenceMatcher(None, [_key(t, opts) for _, t in left], [_key(t, opts) for _, t in right], autojunk=False)
+    result = DiffResult(left_lines=[t for _, t in left], right_lines=[t for _, t in right], whitespace=opts.whitespace)
+    rows = result.rows
+
+    def row(kind: str, a: int | None, b: int | None) -> None:
+        la, lb = (left[a] if a is not None else (None, "")), (right[b] if b is not None else (None, ""))
+        if kind != "equal" and (not rows or rows[-1].kind in ("equal", "skip")):
+            result.hunks.append(len(rows))
+        rows.append(DiffRow(kind, la[0], la[1], lb[0], lb[1], a, b))
+
+    groups = [matcher.get_opcodes()] if opts.context < 0 else list(matcher.get_grouped_opcodes(opts.context))
     for gi, group in enumerate(groups):
         if gi:
-            result.rows.append(DiffRow("skip"))
+            rows.append(DiffRow("skip"))
         for tag, i1, i2, j1, j2 in group:
             if tag == "equal":
                 for a, b in zip(range(i1, i2), range(j1, j2)):
-                    result.rows.append(DiffRow("equal", left[a][0], left[a][1], right[b][0], right[b][1]))
+                    row("equal", a, b)
             elif tag == "delete":
                 result.removed += i2 - i1
                 for a in range(i1, i2):
-                    result.rows.append(DiffRow("delete", left[a][0], left[a][1]))
+                    row("delete", a, None)
             elif tag == "insert":
                 result.added += j2 - j1
                 for b in range(j1, j2):
-                    result.rows.append(DiffRow("insert", right_no=right[b][0], right=right[b][1]))
+                    row("insert", None, b)
             else:  # replace: pair lines up, the longer side's rest stands alone
                 n = max(i2 - i1, j2 - j1)
                 result.changed += min(i2 - i1, j2 - j1)
@@ -157,8 +226,6 @@ def diff(left_text: str, right_text: str, opts: DiffOptions = DiffOptions()) -> 
                 result.added += max(0, (j2 - j1) - (i2 - i1))
                 for k in range(n):
                     a, b = i1 + k, j1 + k
-                    la = left[a] if a < i2 else (None, "")
-                    rb = right[b] if b < j2 else (None, "")
                     kind = "replace" if a < i2 and b < j2 else ("delete" if a < i2 else "insert")
-                    result.rows.append(DiffRow(kind, la[0], la[1], rb[0], rb[1]))
+                    row(kind, a if a < i2 else None, b if b < j2 else None)
     return result

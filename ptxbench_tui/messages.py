@@ -69,6 +69,7 @@ class CompareLoaded(Message):
     rows: list[browse.ModelBest]
     codes: dict[int, str]
     families: list[str]
+    notes: dict[int, str]  # sample id → verdict note (browse_summary.NOTE_*)
 
 
 @dataclass
@@ -86,7 +87,7 @@ class DiffReady(Message):
     request: int
     left_title: str
     right_title: str
-    rows: list[Any]  # diffing.DiffRow
+    result: Any  # diffing.DiffResult
     stats: str
     right: int  # the right-hand sample (resolved when it was "the fix partner")
     details: dict[int, Any]  # sample id → browse.SampleDetail, kept for the next diff
@@ -119,6 +120,15 @@ class ShowSamples(Message):
 @dataclass
 class ShowSample(Message):
     sample_id: int
+    line: int | None = None  # 1-based PTX line to open at (a search match)
+
+
+@dataclass
+class StepUnlabelled(Message):
+    """From a sample's screen: open the next (previous) unlabelled failure of the samples table."""
+
+    sample_id: int
+    backwards: bool = False
 
 
 @dataclass

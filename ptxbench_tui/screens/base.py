@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, cast
 
+from textual import events
 from textual.app import ComposeResult
 from textual.screen import Screen
 
-from ptxbench.tui.widgets.common import ModeBar
+from ptxbench.tui.widgets.common import FilterPanel, ModeBar
 from ptxbench.tui.widgets.key_bar import KeyBar
 from ptxbench.tui.widgets.store_banner import StoreBanner
 
@@ -35,6 +36,10 @@ class ViewScreen(Screen):
         self.watch(self.app, "data_version", self._data_changed, init=False)
         if self.ptx.cells is not None:
             self.call_after_refresh(self.refresh_data)
+
+    def on_resize(self, event: events.Resize) -> None:
+        for panel in self.query(FilterPanel):
+            panel.fit(event.size.width)
 
     def _data_changed(self, _version: int) -> None:
         self.refresh_data()

@@ -1,7 +1,11 @@
 """Compare (5): models' kernels for one task side by side, one pinned as the
 baseline and the others shown as deltas against it (as Nsight Compute's
 baselines do). Each model is represented by its best sample: correct and
-fastest, else its newest."""
+fastest, else its newest.
+
+Every model's column has the same fixed width, so one long value never pushes
+the others off screen; the column under the cursor is written out in full
+below the table. The PTX panes scroll together."""
 
 from __future__ import annotations
 
@@ -11,15 +15,19 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Label, Select, Static
 
-from ptxbench.db import browse
+from ptxbench.db import browse, triage
 from ptxbench.tui import keys
 from ptxbench.tui.marks import ptx_marker
 from ptxbench.tui.messages import CompareLoaded, ShowDiff, ShowSample, StoreFailed
 from ptxbench.tui.screens.base import ViewScreen
+from ptxbench.tui.screens.moves import KernelMoves
+from ptxbench.tui.verdict import verdict
 from ptxbench.tui.widgets.code_view import PtxView
 from ptxbench.tui.widgets.common import Table, num, pct, speed
 
 MAX_PANES = 3
+METRIC_WIDTH = 13
+COLUMN_WIDTH = 24  # every model's column; what does not fit is in the detail line
 
 
 def _registers(mb: browse.ModelBest) -> float | None:
@@ -42,7 +50,7 @@ def _spills(mb: browse.ModelBest) -> float | None:
 METRICS = (
     ("Sample", lambda m: m.sample_id, str, None),
     ("Samples", lambda m: m.samples, str, None),
-    ("Category", lambda m: m.category or "—", str, None),
+    ("Verdict", lambda m: m.category or "—", str, None),  # with its note (redraw adds it)
     ("Correct rate", lambda m: m.correct_rate, pct, True),
     ("Speedup", lambda m: m.speedup, speed, True),
     ("Time (ms)", lambda m: m.time_ms, num, False),
@@ -53,7 +61,7 @@ METRICS = (
 )
 
 
-class CompareScreen(ViewScreen):
+class CompareScreen(KernelMoves, ViewScreen):
     MODE = "compare"
     AUTO_FOCUS = "#compare-table"
     BINDINGS = keys.bindings("compare")
@@ -66,6 +74,8 @@ class CompareScreen(ViewScreen):
         self.codes: dict[int, str] = {}
         self.baseline = ""
         self.families: list[str] = []
+        self.notes: dict[int, str] = {}  # sample id → verdict note
+        self._scrolling = False  # a pane is moving the others
 
     def compose_body(self) -> ComposeResult:
         with Horizontal(id="compare-bar"):
@@ -73,6 +83,7 @@ class CompareScreen(ViewScreen):
             yield Select[str]([], prompt="Level (any)", id="compare-level")
         yield Static("Pick a task.", id="compare-status", classes="status")
         yield Table(id="compare-table", cursor_type="column")
+        yield Static("", id="compare-detail", classes="legend")
         yield Horizontal(id="compare-panes")
 
     def on_mount(self) -> None:
@@ -113,10 +124,11 @@ class CompareScreen(ViewScreen):
                 detail = read(browse.sample_detail, r.sample_id)
                 codes[r.sample_id] = detail.ptx if detail else ""
             task = read(browse.task, task_id)
+            notes = {line.id: line.note for line in read(triage.lines_for, [r.sample_id for r in rows])}
         except Exception as exc:  # noqa: BLE001
             self.post_message(StoreFailed(f"compare: {exc}"))
             return
-        self.post_message(CompareLoaded(task_id, rows, codes, task.families if task else []))
+        self.post_message(CompareLoaded(task_id, rows, codes, task.families if task else [], notes))
 
     def on_compare_loaded(self, message: CompareLoaded) -> None:
         if message.task_id != self.task_id:
@@ -124,6 +136,7 @@ class CompareScreen(ViewScreen):
         self.models = message.rows
         self.codes = message.codes
         self.families = message.families
+        self.notes = message.notes
         names = [m.model for m in self.models]
         if self.baseline not in names:
             # Default baseline: the expert solution where there is one.
@@ -141,24 +154,42 @@ class CompareScreen(ViewScreen):
         if not models:
             self.query_one("#compare-status", Static).update(f"No samples of {self.task_id}.")
             return
-        table.add_column("Metric", key="metric")
+        table.add_column("Metric", key="metric", width=METRIC_WIDTH)
         for m in models:
-            title = f"★ {m.model} (baseline)" if m.model == self.baseline else m.model
-            table.add_column(title, key=m.model)
+            title = f"★ {m.model}" if m.model == self.baseline else m.model
+            table.add_column(_fit(title, COLUMN_WIDTH), key=m.model, width=COLUMN_WIDTH)
         base = models[0]
         for name, get, fmt, higher in METRICS:
             cells: list[Text | str] = [name]
             b = get(base)
-            cells.append(fmt(b))
+            cells.append(_fit(self._value(name, base, fmt(b)), COLUMN_WIDTH))
             for m in models[1:]:
                 v = get(m)
-                cells.append(self._delta(v, b, fmt, higher))
+                delta = self._delta(v, b, fmt, higher)
+                cells.append(_fit(self._value(name, m, delta) if isinstance(delta, str) else delta, COLUMN_WIDTH))
             table.add_row(*cells)
         self.query_one("#compare-status", Static).update(
-            f"{self.task_id} · {len(models)} models · baseline [b]{self.baseline}[/b] · "
-            "b: pin the column's model · d: diff with the baseline · o: open"
+            f"{self.task_id} · {len(models)} models · baseline [b]★ {self.baseline}[/b] · "
+            "b: pin the column's model · d: diff it with the baseline · ⏎: open"
         )
         self._panes(models)
+        self._detail()
+
+    def _value(self, metric: str, m: browse.ModelBest, shown: str) -> str:
+        """A verdict says what its category alone does not (held-out failure, never run)."""
+        return verdict(m.category, self.notes.get(m.sample_id, "")) if metric == "Verdict" and m.category else shown
+
+    def _detail(self) -> None:
+        """The column under the cursor in full: what a fixed-width cell may cut."""
+        m = self.column_model()
+        text = ""
+        if m is not None:
+            role = "the baseline" if m.model == self.baseline else f"against ★ {self.baseline}"
+            parts = [f"[b]{m.model}[/b] ({role}) · sample {m.sample_id}"]
+            for name, get, fmt, _ in METRICS[2:]:
+                parts.append(f"{name}: {self._value(name, m, fmt(get(m)))}")
+            text = " · ".join(parts)
+        self.query_one("#compare-detail", Static).update(text)
 
     @staticmethod
     def _delta(v, b, fmt, higher) -> Text | str:  # noqa: ANN001
@@ -181,6 +212,22 @@ class CompareScreen(ViewScreen):
             box = Vertical(Label(f"{'★ ' if m.model == self.baseline else ''}{m.model} · sample {m.sample_id}"), view, classes="compare-pane")
             panes.mount(box)
             view.show(self.codes.get(m.sample_id, ""), marker=marker)
+            self.watch(view, "scroll_y", self._follower(view), init=False)
+
+    def _follower(self, view: PtxView):  # noqa: ANN202 - a watch callback taking the new value only
+        return lambda y: self._lock(view, y)
+
+    def _lock(self, source: PtxView, y: float) -> None:
+        """The panes scroll together: one moved, the others follow to the same line."""
+        if self._scrolling:
+            return
+        self._scrolling = True
+        try:
+            for view in self.query(PtxView):
+                if view is not source:
+                    view.scroll_to(y=y, animate=False)
+        finally:
+            self._scrolling = False
 
     def column_model(self) -> browse.ModelBest | None:
         table = self.query_one(Table)
@@ -191,6 +238,21 @@ class CompareScreen(ViewScreen):
     # -- events & actions ------------------------------------------------------------
     def on_data_table_column_selected(self, _event) -> None:  # noqa: ANN001
         self.action_open_sample()
+
+    def on_data_table_column_highlighted(self, _event) -> None:  # noqa: ANN001
+        self._detail()
+        self.refresh_bindings()  # d is offered only on a column other than the baseline's
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "diff":
+            m = self.column_model()
+            # Shown but disabled on the baseline's own column (and the metric names): nothing to diff.
+            return None if m is None or m.model == self.baseline else True
+        return True
+
+    def move_targets(self) -> list[int]:
+        m = self.column_model()
+        return [m.sample_id] if m else []
 
     @on(Select.Changed, "#compare-task")
     def _task(self, event: Select.Changed) -> None:
@@ -218,7 +280,7 @@ class CompareScreen(ViewScreen):
         m = self.column_model()
         base = next((x for x in self.models if x.model == self.baseline), None)
         if m is None or base is None or m.model == base.model:
-            self.notify("Put the cursor on another model's column to diff it with the baseline.")
+            self.notify("This is the baseline's column: move to another model's column to diff it with ★ the baseline.")
             return
         self.post_message(ShowDiff(base.sample_id, m.sample_id))
 
@@ -226,3 +288,11 @@ class CompareScreen(ViewScreen):
         m = self.column_model()
         if m is not None:
             self.post_message(ShowSample(m.sample_id))
+
+
+def _fit(value: Text | str, width: int) -> Text | str:
+    """A cell cut to its column (DataTable would widen the column instead); `…` marks the cut."""
+    plain = value.plain if isinstance(value, Text) else value
+    if len(plain) <= width:
+        return value
+    return (value[: width - 1] + "…") if isinstance(value, Text) else plain[: width - 1] + "…"

@@ -14,7 +14,6 @@ from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 
 from ptxbench.engine.categories import CATEGORIES, DESCRIPTIONS, OK
 from ptxbench.tui import keys
-from ptxbench.tui.keys import KEY_NAMES
 from ptxbench.tui.widgets.key_bar import KeyBar
 
 
@@ -176,7 +175,9 @@ class PickSampleDialog(ModalScreen[int | None]):
 
 
 class HelpScreen(ModalScreen[None]):
-    """The keys of the view underneath: the same bindings the footer and the palette show."""
+    """Every key, grouped: the view underneath first, then the keys that work everywhere,
+    then every other view's. The rows come from the one registry (keys.py), as remapped
+    by the person's keymap, so they agree with the footer and the palette."""
 
     BINDINGS = keys.bindings("dialog")[:1]
 
@@ -184,18 +185,30 @@ class HelpScreen(ModalScreen[None]):
         super().__init__()
         self.under = under
 
+    @staticmethod
+    def scope_of(screen: Screen) -> str:
+        return getattr(screen, "KEY_SCOPE", "") or getattr(screen, "MODE", "")
+
+    def sections(self) -> list[tuple[str, list[tuple[str, str, str]]]]:
+        keymap = dict(getattr(getattr(self.app, "config", None), "keymap", None) or {})
+        sections = dict(keys.help_sections(keymap))
+        here = keys.SCOPE_TITLES.get(self.scope_of(self.under), "")
+        first = [here] if here in sections else []
+        order = first + [keys.SCOPE_TITLES["app"], keys.SCOPE_TITLES["table"]]
+        order += [t for t in sections if t not in order]
+        return [(title, sections[title]) for title in order if sections[title]]
+
     def compose(self) -> ComposeResult:
         parts: list[tuple[str, str] | str] = []
-        for key, active in sorted(self.under.active_bindings.items(), key=lambda kv: kv[1].binding.description):
-            b = active.binding
-            if not b.description:
-                continue
-            shown = KEY_NAMES.get(key, key)
-            # Content, not markup: keys such as "[" must not be read as tags.
-            parts += [(f"{shown:>10}", "bold"), f"  {b.description:<16} ", (b.tooltip, "dim"), "\n"]
+        for n, (title, rows) in enumerate(self.sections()):
+            here = "  (this view)" if n == 0 and self.scope_of(self.under) else ""
+            parts += ["\n" if n else "", (title + here, "bold underline"), "\n"]
+            for key, description, tooltip in rows:
+                # Content, not markup: keys such as "[" must not be read as tags.
+                parts += [(f"{key:>10}", "bold"), f"  {description:<16} ", (tooltip, "dim"), "\n"]
         body = Content.assemble(*parts)
         with VerticalScroll(id="help-dialog", classes="dialog"):
-            yield Label("[b]Keys here[/b]  (ctrl+p: command palette · esc: close)")
+            yield Label("[b]Keys[/b]: this view, everywhere, then every view · ctrl+p palette · esc closes")
             yield Static(body, id="help-body")
         yield KeyBar()
 

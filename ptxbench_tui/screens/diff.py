@@ -1,4 +1,9 @@
-"""Diff two samples: a failed kernel beside its fix, or any two."""
+"""Diff two samples: a failed kernel beside its fix, or any two.
+
+The diff is computed in a worker thread (the view says so while it runs);
+`n`/`p` walk its hunks, `[`/`]` change what is diffed (PTX, launch manifest,
+SASS, assembler log, evidence), and the noise filters re-run it.
+"""
 
 from __future__ import annotations
 
@@ -14,14 +19,19 @@ from ptxbench.db import browse
 from ptxbench.tui import keys
 from ptxbench.tui.diffing import TARGET_NAMES, TARGETS, DiffOptions, diff, text_of
 from ptxbench.tui.messages import DiffReady, StoreFailed
+from ptxbench.tui.ptx_lexer import PtxbenchLexer, SassLexer
+from ptxbench.tui.screens.moves import KernelMoves
+from ptxbench.tui.verdict import verdict_of
 from ptxbench.tui.widgets.diff_view import DiffView
 from ptxbench.tui.widgets.key_bar import KeyBar
 from ptxbench.tui.widgets.store_banner import StoreBanner
 
 CONTEXT_STEPS = (0, 1, 3, 8, 20, -1)
+LEXERS = {"ptx": PtxbenchLexer, "sass": SassLexer}
 
 
-class DiffScreen(Screen):
+class DiffScreen(KernelMoves, Screen):
+    KEY_SCOPE = "diff"  # its section in the help
     BINDINGS = keys.bindings("diff")
     AUTO_FOCUS = "#diff-view"
 
@@ -32,12 +42,14 @@ class DiffScreen(Screen):
         self.options = DiffOptions(target=target)
         self.request = 0
         self.result_stats = ""
+        self.hunks = 0
+        self.computing = False
         self.titles = ("", "")
         self._details: dict[int, browse.SampleDetail] = {}
 
     def compose(self) -> ComposeResult:
         yield StoreBanner()
-        yield Static("Diff — loading…", id="diff-head", classes="head")
+        yield Static("Diff — reading the two samples…", id="diff-head", classes="head")
         yield DiffView(id="diff-view")
         yield KeyBar()
 
@@ -47,6 +59,9 @@ class DiffScreen(Screen):
 
     def recompute(self) -> None:
         self.request += 1
+        self.computing = True
+        self.query_one(DiffView).loading = True
+        self._head()
         self.compute(self.request, self.left, self.right, self.options)
 
     @work(thread=True, exclusive=True, group="diff", exit_on_error=False, description="difflib")
@@ -57,7 +72,7 @@ class DiffScreen(Screen):
             if right is None:
                 right = read(browse.fix_partner, left)
                 if right is None:
-                    self.post_message(StoreFailed(f"sample {left} has no fix and follows no turn: press o to pick a sample to diff with"))
+                    self.post_message(StoreFailed(f"sample {left} has no fix and follows no turn: press # to pick a sample to diff with"))
                     return
             details = []
             for sid in (left, right):
@@ -71,8 +86,8 @@ class DiffScreen(Screen):
         except Exception as exc:  # noqa: BLE001
             self.post_message(StoreFailed(f"diff: {exc}"))
             return
-        titles = [f"#{d.id} {d.model} · {d.latest.category if d.latest else 'never evaluated'}" for d in details]
-        self.post_message(DiffReady(request, titles[0], titles[1], result.rows, result.stats, right, cache))
+        titles = [f"#{d.id} {d.model} · {verdict_of(d.latest)}" for d in details]
+        self.post_message(DiffReady(request, titles[0], titles[1], result, result.stats, right, cache))
 
     def on_diff_ready(self, message: DiffReady) -> None:
         if message.request != self.request:
@@ -81,13 +96,20 @@ class DiffScreen(Screen):
         self._details = message.details
         self.titles = (message.left_title, message.right_title)
         self.result_stats = message.stats
+        self.hunks = len(message.result.hunks)
+        self.computing = False
         view = self.query_one(DiffView)
-        view.show(message.rows)
+        view.loading = False
+        view.show(message.result, LEXERS.get(self.options.target))
         self._head()
 
-    def _head(self) -> None:
+    def _head(self, where: str = "") -> None:
         o = self.options
         context = "all" if o.context < 0 else str(o.context)
+        if self.computing:
+            where = "computing the diff…"
+        elif not where:
+            where = f"{self.hunks} change{'s' if self.hunks != 1 else ''} (n/p walk them)" if self.hunks else ""
         flags = [
             "side by side" if self.query_one(DiffView).split else "unified",
             "noise hidden" if o.noise else "noise shown",
@@ -97,7 +119,7 @@ class DiffScreen(Screen):
         ]
         self.query_one("#diff-head", Static).update(
             f"[b]{TARGET_NAMES[o.target]}[/b]  {escape(self.titles[0])}  ⟷  {escape(self.titles[1])}   "
-            f"[b]{escape(self.result_stats)}[/b]\n[dim]{' · '.join(flags)}[/]"
+            f"[b]{escape(self.result_stats)}[/b]  {escape(where)}\n[dim]{' · '.join(flags)} · [ ] what to diff[/]"
         )
 
     def _set(self, **changes) -> None:  # noqa: ANN003
@@ -108,13 +130,29 @@ class DiffScreen(Screen):
     def action_back(self) -> None:
         self.dismiss()
 
+    def action_next_item(self) -> None:
+        self._jump(backwards=False)
+
+    def action_prev_item(self) -> None:
+        self._jump(backwards=True)
+
+    def _jump(self, *, backwards: bool) -> None:
+        index = self.query_one(DiffView).next_hunk(backwards=backwards)
+        if index is None:
+            self.notify("No changes here.")
+            return
+        self._head(f"change {index + 1} of {self.hunks}")
+
     def action_toggle_split(self) -> None:
         view = self.query_one(DiffView)
         view.split = not view.split
         self._head()
 
-    def action_cycle_target(self) -> None:
+    def action_next_tab(self) -> None:
         self._set(target=TARGETS[(TARGETS.index(self.options.target) + 1) % len(TARGETS)])
+
+    def action_prev_tab(self) -> None:
+        self._set(target=TARGETS[(TARGETS.index(self.options.target) - 1) % len(TARGETS)])
 
     def action_toggle_noise(self) -> None:
         self._set(noise=not self.options.noise)
@@ -138,6 +176,9 @@ class DiffScreen(Screen):
             return
         self.left, self.right = self.right, self.left
         self.recompute()
+
+    def move_targets(self) -> list[int]:
+        return [self.left] + ([self.right] if self.right is not None else [])
 
     def action_pick_other(self) -> None:
         from ptxbench.tui.screens.dialogs import PickSampleDialog

@@ -1,8 +1,9 @@
 """Fixit (8): the store's fix pairs, paged and filtered, beside the set's statistics.
 
 Each row is a failed sample and the sample that fixes it (docs/fixit.md): Enter
-diffs the two, `e` reads the explanation in full, `v` keeps only the pairs that
-count (their fix passed the engine). Reads run in thread workers on their own
+diffs the two, `i` reads the explanation in full, `v` keeps only the pairs that
+count (their fix passed the engine), `o` sorts every pair by a column. Below 120
+columns the statistics fold away (`S` shows them) and so do the less needed columns. Reads run in thread workers on their own
 connection; the workers only post the messages below.
 """
 
@@ -20,14 +21,16 @@ from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Label, Select, Static
 
-from ptxbench.db import browse
+from ptxbench.db import browse, triage
 from ptxbench.db import fixit as fixit_db
 from ptxbench.engine.categories import DESCRIPTIONS
 from ptxbench.tui import keys
 from ptxbench.tui.messages import ShowDiff, StoreFailed
 from ptxbench.tui.screens.base import ViewScreen
-from ptxbench.tui.widgets.common import FilterBar
+from ptxbench.tui.screens.moves import KernelMoves
+from ptxbench.tui.widgets.common import FilterBar, FilterPanel
 from ptxbench.tui.widgets.key_bar import KeyBar
+from ptxbench.tui.kernel_files import write_table
 from ptxbench.tui.widgets.row_table import RowTable
 
 PAGE_SIZE = 200
@@ -35,6 +38,8 @@ PAGE_SIZE = 200
 COLUMNS = ("Failed", "Fixed", "Task", "Category", "Kind", "Changes", "Verified", "Counts", "Explanation source", "Expl.",
            "Model", "Arch", "Fix")
 FILTERS = [("task_id", "Task"), ("category", "Category"), ("kind", "Kind")]
+KEEP = tuple(COLUMNS.index(c) for c in ("Failed", "Task", "Category", "Kind", "Changes", "Verified"))
+FOLD_ORDER = tuple(COLUMNS.index(c) for c in ("Fix", "Arch", "Model", "Expl.", "Explanation source", "Counts", "Fixed"))
 BAR_WIDTH = 12
 NAME_WIDTH = 28
 TABLE_ROWS = 8  # rows of each count table in the panel; the rest are summed as "others"
@@ -83,7 +88,7 @@ class FixitStatsLoaded(Message):
     facets: fixit_db.FixitFacets
 
 
-class FixitScreen(ViewScreen):
+class FixitScreen(KernelMoves, ViewScreen):
     MODE = "fixit"
     AUTO_FOCUS = "#fixit-table"
     CSS_PATH = _css_path()
@@ -100,9 +105,11 @@ class FixitScreen(ViewScreen):
         self.stats: dict[str, Any] | None = None
         self.lengths: dict[str, Any] | None = None
         self._version_read: int | None = None  # the store version last read
+        self.sort: triage.Sort | None = None  # None: by task, category, id
 
     def compose_body(self) -> ComposeResult:
-        yield FilterBar(FILTERS, id="fixit-filters")
+        with FilterPanel(id="fixit-bar"):
+            yield FilterBar(FILTERS, id="fixit-filters")
         yield Static("", id="fixit-status", classes="status")
         with Horizontal(id="fixit-body"):
             with Vertical(id="fixit-main"):
@@ -114,7 +121,7 @@ class FixitScreen(ViewScreen):
     def on_mount(self) -> None:
         # ViewScreen's own on_mount runs too (Textual dispatches it along the MRO) and
         # watches the store's version; this view reads its data itself, at once.
-        self.query_one(RowTable).set_columns(list(COLUMNS), right=(0, 1, 9, 12))
+        self.query_one(RowTable).set_columns(list(COLUMNS), right=(0, 1, 9, 12), keep=KEEP, fold_order=FOLD_ORDER)
         self.refresh_data()
 
     def refresh_data(self) -> None:
@@ -132,14 +139,13 @@ class FixitScreen(ViewScreen):
             self.page_offset = 0
         self.request += 1
         self.total = None
-        self.fetch_page(self.request, self.filter, self.page_offset)
+        self.fetch_page(self.request, self.filter, self.sort, self.page_offset)
 
     @work(thread=True, exclusive=True, group="fixit-page", exit_on_error=False, description="fixit pairs")
-    def fetch_page(self, request: int, flt: PairFilter, offset: int) -> None:
+    def fetch_page(self, request: int, flt: PairFilter, sort: triage.Sort | None, offset: int) -> None:
         try:
-            read = self.ptx.reader.read
-            rows, total = read(fixit_db.fixit_pair_page, **flt.query_args(), limit=PAGE_SIZE, offset=offset)
-            changes = read(fixit_db.fixit_changes, [(r.failed_sample_id, r.fixed_sample_id) for r in rows])
+            rows, total, changes = self.ptx.reader.read(triage.fixit_page, sort=sort, offset=offset, limit=PAGE_SIZE,
+                                                        **flt.query_args())
         except Exception as exc:  # noqa: BLE001 - shown to the user, the view stays usable
             self.post_message(StoreFailed(f"fixit: {exc}"))
             return
@@ -179,8 +185,9 @@ class FixitScreen(ViewScreen):
         first = self.page_offset + 1 if self.rows else 0
         last = self.page_offset + len(self.rows)
         total = "…" if self.total is None else f"{self.total:,}"
+        order = self.sort.describe() if self.sort else "by task, category"
         self.query_one("#fixit-status", Static).update(
-            f"pairs {first:,}–{last:,} of {total} · {escape(self.filter.describe())} · by task, category"
+            f"pairs {first:,}–{last:,} of {total} · {escape(self.filter.describe())} · {order} · / filters"
         )
 
     def _preview(self) -> None:
@@ -204,8 +211,7 @@ class FixitScreen(ViewScreen):
 
     def changed(self, row: fixit_db.FixitPairRow) -> str:
         """What the pair's fix changes: the code, the launch manifest or both."""
-        code, manifest = self.changes.get((row.failed_sample_id, row.fixed_sample_id), (False, False))
-        return ", ".join(what for what, yes in (("code", code), ("manifest", manifest)) if yes) or "nothing"
+        return triage.changes_text(self.changes.get((row.failed_sample_id, row.fixed_sample_id), (False, False)))
 
     def selected(self) -> fixit_db.FixitPairRow | None:
         table = self.query_one(RowTable)
@@ -226,7 +232,38 @@ class FixitScreen(ViewScreen):
         self.query_one(FilterBar).set_values({"task_id": flt.task_id, "category": flt.category, "kind": flt.kind})
         self.load()
 
+    def move_targets(self) -> list[int]:
+        row = self.selected()
+        return [row.failed_sample_id, row.fixed_sample_id] if row else []
+
+    def on_row_table_header_clicked(self, event: RowTable.HeaderClicked) -> None:
+        self.set_sort(event.column)
+
+    def set_sort(self, column: str) -> None:
+        self.sort = self.sort.flipped_or(column) if self.sort else triage.Sort(column, True)
+        self.query_one(RowTable).show_sort(self.sort.column, self.sort.descending)
+        self.load()
+
     # -- actions ---------------------------------------------------------------------
+    def action_sort(self) -> None:
+        self.ask_sort(list(COLUMNS), self.sort.column if self.sort else None,
+                      self.sort.descending if self.sort else True, "every pair the filter selects")
+
+    def action_toggle_stats(self) -> None:
+        pane = self.query_one("#fixit-stats-pane")
+        pane.set_class(not pane.has_class("-toggled"), "-toggled")
+
+    def action_export(self) -> None:
+        flt, sort, read = self.filter, self.sort, self.ptx.reader.read
+
+        def produce(path, fmt: str) -> int:  # noqa: ANN001 - in the export worker
+            rows, _, changes = read(triage.fixit_page, sort=sort, offset=0, limit=1 << 31, **flt.query_args())
+            dicts = [{**fixit_db.row_dict(r), "changes": triage.changes_text(
+                changes.get((r.failed_sample_id, r.fixed_sample_id), (False, False)))} for r in rows]
+            return write_table(path, list(dicts[0]) if dicts else ["fix_id"], dicts, fmt)
+
+        self.ask_export("fixit-pairs", f"the Fixit pairs ({escape(flt.describe())})", produce)
+
     def action_diff(self) -> None:
         if (row := self.selected()) is not None:
             # A fix made only in the launch manifest opens on the manifest: its PTX is the same.
@@ -242,6 +279,8 @@ class FixitScreen(ViewScreen):
         self.load()
 
     def action_clear_filters(self) -> None:
+        self.sort = None
+        self.query_one(RowTable).show_sort(None)
         self.apply_filter(PairFilter())
 
     def action_next_page(self) -> None:

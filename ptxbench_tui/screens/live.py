@@ -22,6 +22,7 @@ from ptxbench.tui import keys
 from ptxbench.tui.engine_process import EngineProcess, GpuLock, engine_command, gpu_lock_path
 from ptxbench.tui.messages import EngineEvent, EngineExited, EngineProgress, ShowSample
 from ptxbench.tui.screens.base import ViewScreen
+from ptxbench.tui.verdict import verdict
 from ptxbench.tui.widgets.common import num, speed
 
 
@@ -201,7 +202,8 @@ class LiveScreen(ViewScreen):
         elif kind == "result":
             self.results.append(e)
             self.query_one("#live-results", DataTable).add_row(
-                str(e.get("sample_id")), str(e.get("category")), str(e.get("status")), speed(e.get("speedup")),
+                str(e.get("sample_id")), verdict(e.get("category"), "" if e.get("status") == "judged" else "not_run"),
+                str(e.get("status")), speed(e.get("speedup")),
                 num(e.get("time_ms")), str(e.get("evaluation_id")),
             )
             self._log(f"result: sample {e.get('sample_id')} → [b]{escape(str(e.get('category')))}[/b] ({escape(str(e.get('status')))})")

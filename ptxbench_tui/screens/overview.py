@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+from typing import Any
+
 from textual import on, work
 from textual.app import ComposeResult
 from textual.widgets import Select, Static
@@ -12,14 +15,51 @@ from ptxbench.db import verdict
 from ptxbench.tui import keys
 from ptxbench.tui.messages import MetricsLoaded, ShowSamples, StoreFailed
 from ptxbench.tui.screens.base import ViewScreen
-from ptxbench.tui.widgets.common import FilterBar, pct, speed
+from ptxbench.tui.screens.moves import KernelMoves
+from ptxbench.tui.widgets.common import FilterBar, FilterPanel, pct, speed
 from ptxbench.tui.widgets.row_table import RowTable
 
-COLUMNS = ("Model", "Task", "Arch", "Level", "Samples", "Judged", "Compiled", "Correct", "Uses req.", "fast₁.₀", "Best", "Geomean")
-TRAJ_COLUMNS = ("Model", "Task", "Arch", "Level", "Traj.", "Samples", "Compiled", "Correct", "Uses req.", "fast₁.₀", "Best", "Geomean", "pass@1")
+# (title, value of a summary.OverviewRow); the value sorts, the title names it.
+COLUMNS: tuple[tuple[str, Any], ...] = (
+    ("Model", lambda r: r.model), ("Task", lambda r: r.task_id), ("Arch", lambda r: r.arch),
+    ("Level", lambda r: r.context_level), ("Samples", lambda r: r.samples), ("Judged", lambda r: r.judged),
+    ("Compiled", lambda r: r.compiled), ("Correct", lambda r: r.correct), ("Uses req.", lambda r: r.uses),
+    ("fast₁.₀", lambda r: r.fast_1), ("Best", lambda r: r.best_speedup), ("Geomean", lambda r: r.geomean_speedup),
+)
+# The same for a db.metrics.MetricsRow (per trajectory).
+TRAJ_COLUMNS: tuple[tuple[str, Any], ...] = (
+    ("Model", lambda r: r.model), ("Task", lambda r: r.task), ("Arch", lambda r: r.arch),
+    ("Level", lambda r: r.context), ("Traj.", lambda r: r.trajectories), ("Samples", lambda r: r.samples),
+    ("Compiled", lambda r: r.compile_rate), ("Correct", lambda r: r.correct_rate), ("Uses req.", lambda r: r.uses_rate),
+    ("fast₁.₀", lambda r: r.fast.get(1.0)), ("Best", lambda r: r.best_speedup),
+    ("Geomean", lambda r: r.geomean_speedup), ("pass@1", lambda r: r.pass_at.get(1)),
+)
+_RATES = {"Compiled", "Correct", "Uses req.", "fast₁.₀", "pass@1"}
+_SPEEDS = {"Best", "Geomean"}
+KEEP = ("Model", "Task", "Correct", "fast₁.₀", "Best", "Geomean")
+FOLD_FIRST = ("Arch", "Judged", "Traj.", "Samples", "Compiled", "Uses req.", "pass@1", "Level")
+
+# What each rate counts: the footnote under the table.
+PER_SAMPLE_NOTE = (
+    "Rates per sample, unknowns (not run) left out · Correct: train sizes · Uses req.: every requested family in the "
+    "SASS (not assembled: no) · fast₁.₀: correct, uses, > 1× · Best, Geomean: correct samples · Judged: GPU stages ran "
+    "or it failed before them"
+)
+PER_TRAJECTORY_NOTE = (
+    "Rates per trajectory (a first turn and its follow-ups; a fact holds if any turn has it), train split · Traj.: "
+    "trajectories, Samples: their judged turns · Uses req., fast₁.₀ as per sample · pass@1: correct and uses"
+)
 
 
-class OverviewScreen(ViewScreen):
+def _cell(title: str, value: Any) -> str:
+    if title in _RATES:
+        return pct(value)
+    if title in _SPEEDS:
+        return speed(value)
+    return "—" if value is None else str(value)
+
+
+class OverviewScreen(KernelMoves, ViewScreen):
     MODE = "overview"
     AUTO_FOCUS = "#overview-table"
     BINDINGS = keys.bindings("overview")
@@ -31,17 +71,34 @@ class OverviewScreen(ViewScreen):
         self.trajectories = False  # per trajectory, from db.metrics (slower; computed on demand)
         self.metrics_rows: list | None = None
         self.rows: list = []  # what the table shows, in order
+        self.sort: tuple[str, bool] | None = None  # (column title, descending); None: the summary's order
 
     def compose_body(self) -> ComposeResult:
-        yield FilterBar([("model", "Model"), ("task_id", "Task"), ("arch", "Arch"), ("context_level", "Level")], id="overview-filters")
+        with FilterPanel(id="overview-bar"):
+            yield FilterBar([("model", "Model"), ("task_id", "Task"), ("arch", "Arch"), ("context_level", "Level")],
+                            id="overview-filters")
         yield Static("", id="overview-status", classes="status")
         yield RowTable(id="overview-table")
+        yield Static("", id="overview-note", classes="legend")
 
     def on_mount(self) -> None:
         super().on_mount()
         table = self.query_one(RowTable)
-        table.set_columns(list(COLUMNS))
+        self._set_columns()
         table.loading = self.ptx.cells is None
+
+    @property
+    def columns(self) -> tuple[tuple[str, Any], ...]:
+        return TRAJ_COLUMNS if self.trajectories else COLUMNS
+
+    def _set_columns(self) -> None:
+        titles = [t for t, _ in self.columns]
+        table = self.query_one(RowTable)
+        if table.labels != titles:
+            table.set_columns(
+                titles, right=tuple(i for i, t in enumerate(titles) if i >= 4), keep=tuple(titles.index(t) for t in KEEP),
+                fold_order=tuple(titles.index(t) for t in FOLD_FIRST if t in titles))
+        table.show_sort(*(self.sort or (None,)))
 
     def refresh_data(self) -> None:
         facets = self.ptx.facets
@@ -61,38 +118,48 @@ class OverviewScreen(ViewScreen):
             return
         table.loading = False
         cursor = table.cursor_row
+        self._set_columns()
+        described = self._describe_filter()
         if self.trajectories:
-            table.set_columns(list(TRAJ_COLUMNS), right=tuple(range(4, len(TRAJ_COLUMNS))))
             if self.metrics_rows is None:
                 table.loading = True
                 self._status("per trajectory (db.metrics): computing…")
                 return
             f = self.filter
-            self.rows = [
+            rows = [
                 r for r in self.metrics_rows
                 if (not f.model or r.model == f.model) and (not f.task_id or r.task == f.task_id)
                 and (not f.arch or r.arch == f.arch) and (not f.context_level or r.context == f.context_level)
             ]
-            table.set_rows([
-                (r.model, r.task, r.arch, r.context, str(r.trajectories), str(r.samples), pct(r.compile_rate),
-                 pct(r.correct_rate), pct(r.uses_rate), pct(r.fast.get(1.0)), speed(r.best_speedup),
-                 speed(r.geomean_speedup), pct(r.pass_at.get(1)))
-                for r in self.rows
-            ], cursor=cursor)
-            self._status(f"{len(self.rows)} rows · per trajectory, train split, every turn (db.metrics) · m: per sample")
+            self.rows = self._sorted(rows)
+            self._status(f"{len(self.rows)} rows · [b]per trajectory[/b] (db.metrics) · {described} · t: per sample")
+            self.query_one("#overview-note", Static).update(PER_TRAJECTORY_NOTE)
         else:
-            table.set_columns(list(COLUMNS), right=tuple(range(4, len(COLUMNS))))
-            self.rows = summary.overview(cells, self.filter, by_level=self.by_level)
-            table.set_rows([
-                (r.model, r.task_id, r.arch, r.context_level, str(r.samples), str(r.judged), pct(r.compiled),
-                 pct(r.correct), pct(r.uses), pct(r.fast_1), speed(r.best_speedup), speed(r.geomean_speedup))
-                for r in self.rows
-            ], cursor=cursor)
-            levels = "split by context level" if self.by_level else "context levels folded"
-            hint = "Enter: samples of a row"
+            self.rows = self._sorted(summary.overview(cells, self.filter, by_level=self.by_level))
+            levels = "by level" if self.by_level else "levels folded"
+            hint = "t: per trajectory"
             if self.rows and not any(r.judged or r.skipped for r in self.rows):
                 hint = "nothing judged yet: in Samples (3) press R to judge them all (static stages where there is no GPU)"
-            self._status(f"{len(self.rows)} rows · per sample ({verdict.describe(self.ptx.reader.newest_evaluation)}) · {levels} · {hint}")
+            self._status(f"{len(self.rows)} rows · [b]per sample[/b] ({verdict.describe(self.ptx.reader.newest_evaluation)}) · {levels} · {described} · {hint}")
+            self.query_one("#overview-note", Static).update(PER_SAMPLE_NOTE)
+        table.set_rows([tuple(_cell(t, get(r)) for t, get in self.columns) for r in self.rows], cursor=cursor)
+
+    def _sorted(self, rows: list) -> list:
+        if self.sort is None:
+            return rows
+        title, descending = self.sort
+        get = dict(self.columns).get(title)
+        if get is None:
+            return rows
+        present = [r for r in rows if get(r) is not None]
+        missing = [r for r in rows if get(r) is None]  # empty values last, either way
+        return sorted(present, key=get, reverse=descending) + missing
+
+    def _describe_filter(self) -> str:
+        f = self.filter
+        parts = [f"{n}={v}" for n, v in (("model", f.model), ("task", f.task_id), ("arch", f.arch), ("level", f.context_level)) if v]
+        order = f" · by {self.sort[0]} {'↓' if self.sort[1] else '↑'}" if self.sort else ""
+        return (", ".join(parts) or "all rows") + order + " · / filters"
 
     def _status(self, text: str) -> None:
         self.query_one("#overview-status", Static).update(text)
@@ -116,11 +183,23 @@ class OverviewScreen(ViewScreen):
             flt = row.filter()
         self.post_message(ShowSamples(flt))
 
+    def on_row_table_header_clicked(self, event: RowTable.HeaderClicked) -> None:
+        self.set_sort(event.column)
+
     def on_metrics_loaded(self, message: MetricsLoaded) -> None:
         self.metrics_rows = message.rows
         self.redraw()
 
     # -- actions ---------------------------------------------------------------------
+    def set_sort(self, title: str) -> None:
+        descending = not self.sort[1] if self.sort and self.sort[0] == title else True
+        self.sort = (title, descending)
+        self.redraw()
+
+    def action_sort(self) -> None:
+        current, descending = self.sort or (None, True)
+        self.ask_sort([t for t, _ in self.columns], current, descending, "the rows shown")
+
     def action_toggle_levels(self) -> None:
         self.by_level = not self.by_level
         self.redraw()
@@ -134,7 +213,15 @@ class OverviewScreen(ViewScreen):
     def action_clear_filters(self) -> None:
         self.query_one(FilterBar).set_values({})
         self.filter = summary.OverviewFilter()
+        self.sort = None
         self.redraw()
+
+    def action_export(self) -> None:
+        dicts = [r.as_dict() if hasattr(r, "as_dict") else asdict(r) for r in self.rows]
+        unit = "per-trajectory" if self.trajectories else "per-sample"
+        described = self._describe_filter().removesuffix(" · / filters")
+        self.export_rows(f"overview-{unit}", f"{len(dicts)} {unit} overview rows ({described})",
+                         list(dicts[0]) if dicts else ["model"], dicts)
 
     @work(thread=True, exclusive=True, group="overview-metrics", exit_on_error=False, description="trajectory metrics")
     def load_metrics(self) -> None:

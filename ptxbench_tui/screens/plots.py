@@ -8,7 +8,9 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Select, Static, TabbedContent, TabPane
-from textual_plot import HiResMode, LegendLocation, PlotWidget
+from rich.markup import escape
+from textual_plot import HiResMode, PlotWidget
+from textual_plot.axis_formatter import CategoricalAxisFormatter
 
 from ptxbench.db import browse
 from ptxbench.db import browse_summary as summary
@@ -16,6 +18,7 @@ from ptxbench.tui import keys
 from ptxbench.tui.messages import PlotsLoaded, StoreFailed
 from ptxbench.tui.screens.base import ViewScreen
 from ptxbench.tui.widgets.code_view import resolve_color
+from ptxbench.tui.widgets.plot import Plot
 
 TABS = ("plot-speedup", "plot-levels", "plot-split")
 SERIES_VARIABLES = ("primary", "accent", "success", "error", "warning", "secondary", "foreground")
@@ -51,12 +54,11 @@ class PlotsScreen(ViewScreen):
             yield Select[str]([], prompt="Task (all)", id="plots-task")
             yield Static("", id="plots-status", classes="status")
         with TabbedContent(id="plot-tabs"):
-            with TabPane("Speedup distribution", id="plot-speedup"):
-                yield PlotWidget(id="plot-speedup-widget")
-            with TabPane("Rates by context level", id="plot-levels"):
-                yield PlotWidget(id="plot-levels-widget")
-            with TabPane("Train vs held-out", id="plot-split"):
-                yield PlotWidget(id="plot-split-widget")
+            for pane, title in (("plot-speedup", "Speedup distribution"), ("plot-levels", "Rates by context level"),
+                                ("plot-split", "Train vs held-out")):
+                with TabPane(title, id=pane):
+                    yield Static("", id=f"{pane}-legend", classes="plot-legend")
+                    yield Plot(id=f"{pane}-widget")
 
     def refresh_data(self) -> None:
         facets = self.ptx.facets
@@ -102,42 +104,72 @@ class PlotsScreen(ViewScreen):
         if data is None:
             return
         colours = self.colours()
-        # Speedup distribution: share of each model's correct samples per (log) bin.
+        self._speedups(data, colours)
+        self._levels(data, colours)
+        self._split(data, colours)
+        n = sum(len(v) for v in data.speedups.values())
+        empty = " (speedups come from the GPU stages: none timed yet)" if n == 0 else ""
+        self.query_one("#plots-status", Static).update(
+            f"{self.task_id or 'all tasks'} · {n:,} correct samples with a speedup{empty}"
+        )
+
+    def _legend(self, pane: str, title: str, entries: list[tuple[str, str, str]]) -> None:
+        """The plot's title and legend, above it (a legend inside the plot would cover the curves)."""
+        parts = [f"[b]{escape(title)}[/b]"] + [f"[{colour}]{mark}[/] {escape(name)}" for mark, colour, name in entries]
+        self.query_one(f"#{pane}-legend", Static).update("   ".join(parts))
+
+    def _speedups(self, data: summary.PlotData, colours: list[str]) -> None:
+        """Share of each model's correct samples per (log) speedup bin; the bins are ordered, so lines join them."""
         plot = self.query_one("#plot-speedup-widget", PlotWidget)
         plot.clear()
+        plot.show_legend(is_visible=False)
         values = [v for vs in data.speedups.values() for v in vs]
+        entries = []
         if values:
             lo, hi = max(min(values) * 0.9, 1e-3), max(values) * 1.1
             for i, (model, vs) in enumerate(sorted(data.speedups.items())):
                 x, y = histogram(vs, lo, hi)
-                plot.plot(x, y, line_style=colours[i % len(colours)], hires_mode=HiResMode.BRAILLE, label=f"{model} (n={len(vs)})")
-            plot.add_v_line(1.0, line_style=colours[-1], label="library (1.0×)")
+                colour = colours[i % len(colours)]
+                plot.plot(x, y, line_style=colour, hires_mode=HiResMode.BRAILLE)
+                entries.append(("━━", colour, f"{model} (n={len(vs)})"))
+            plot.add_v_line(1.0, line_style=colours[-1])
+            entries.append(("│", colours[-1], "the library (1.0×)"))
             plot.set_xlabel("speedup over the library (×, log bins)")
-            plot.set_ylabel("share of correct samples")
-            plot.show_legend(LegendLocation.TOPRIGHT)
-        # Rates by context level: one bar per (model, level), correct rate; compiled and fast₁ as lines.
+            plot.set_ylabel("share")
+        self._legend("plot-speedup", "Share of each model's correct samples by speedup", entries)
+
+    def _levels(self, data: summary.PlotData, colours: list[str]) -> None:
+        """Compiled, correct and fast₁.₀ per model and context level: bars side by side, never lines,
+        because neighbouring categories are not a sequence."""
         plot = self.query_one("#plot-levels-widget", PlotWidget)
         plot.clear()
-        labels, compiled, correct, fast = [], [], [], []
+        plot.show_legend(is_visible=False)
+        labels: list[str] = []
+        rates: list[tuple[float, float, float]] = []
         for model in sorted(data.by_level):
             for level in ("none", "brief", "full"):
                 if level in data.by_level[model]:
-                    c, k, f = data.by_level[model][level]
                     labels.append(f"{model}/{level}")
-                    compiled.append(c)
-                    correct.append(k)
-                    fast.append(f)
+                    rates.append(data.by_level[model][level])
+        names = ("compiled", "correct", "fast₁.₀")
+        entries = [("██", colours[k % len(colours)], name) for k, name in enumerate(names)]
         if labels:
-            plot.bar(labels, correct, bar_style=colours[0], label="correct")
             xs = list(range(1, len(labels) + 1))
-            plot.plot(xs, compiled, line_style=colours[1 % len(colours)], hires_mode=HiResMode.BRAILLE, label="compiled")
-            plot.plot(xs, fast, line_style=colours[2 % len(colours)], hires_mode=HiResMode.BRAILLE, label="fast₁.₀")
+            for k in range(3):
+                plot.bar([x + (k - 1) * 0.27 for x in xs], [r[k] for r in rates], width=0.25,
+                         bar_style=colours[k % len(colours)])
+            plot.set_x_formatter(CategoricalAxisFormatter(labels))
+            plot.set_xticks(xs)
+            plot.set_xlimits(0.4, len(labels) + 0.6)
             plot.set_ylimits(0, 1.05)
             plot.set_ylabel("rate")
-            plot.show_legend(LegendLocation.TOPRIGHT)
-        # Train vs held-out: share of measurements judged ok, per model and split.
+        self._legend("plot-levels", "Rates per sample by model and context level", entries)
+
+    def _split(self, data: summary.PlotData, colours: list[str]) -> None:
+        """Share of measured sizes judged ok, train beside held-out, per model."""
         plot = self.query_one("#plot-split-widget", PlotWidget)
         plot.clear()
+        plot.show_legend(is_visible=False)
         labels, values, styles = [], [], []
         for model in sorted(data.by_split):
             for i, split in enumerate(("train", "heldout")):
@@ -146,14 +178,11 @@ class PlotsScreen(ViewScreen):
                     values.append(data.by_split[model][split])
                     styles.append(colours[i % len(colours)])
         if labels:
-            plot.bar(labels, values, bar_style=styles, label="ok share")
+            plot.bar(labels, values, bar_style=styles)
             plot.set_ylimits(0, 1.05)
-            plot.set_ylabel("share of sizes judged ok")
-        n = sum(len(v) for v in data.speedups.values())
-        empty = " (speedups come from the GPU stages: none timed yet)" if n == 0 else ""
-        self.query_one("#plots-status", Static).update(
-            f"{self.task_id or 'all tasks'} · {n:,} correct samples with a speedup{empty} · \\[ and ] switch plots"
-        )
+            plot.set_ylabel("share")
+        self._legend("plot-split", "Share of measured sizes judged ok (each size of each sample's latest evaluation)",
+                     [("██", colours[0], "train sizes"), ("██", colours[1 % len(colours)], "held-out sizes")])
 
     @on(Select.Changed, "#plots-task")
     def _task(self, event: Select.Changed) -> None:

@@ -19,7 +19,9 @@ from ptxbench.db import browse
 from ptxbench.engine.categories import DESCRIPTIONS
 from ptxbench.tui import keys
 from ptxbench.tui.marks import ptx_marker, sass_marker
-from ptxbench.tui.messages import DetailLoaded, Reverify, ShowDiff, StoreFailed
+from ptxbench.tui.messages import DetailLoaded, Reverify, ShowDiff, StepUnlabelled, StoreFailed
+from ptxbench.tui.screens.moves import KernelMoves
+from ptxbench.tui.verdict import LEGEND, NOTE_TEXT, note_of, verdict_of
 from ptxbench.tui.widgets.code_view import PtxView, SassView
 from ptxbench.tui.widgets.common import num, speed
 from ptxbench.tui.widgets.key_bar import KeyBar
@@ -142,13 +144,32 @@ def resources_text(latest: browse.Evaluation | None) -> str:
     return "\n".join(out)
 
 
-class SampleScreen(Screen):
+def verdict_line(detail: browse.SampleDetail) -> str:
+    """What the category alone does not say: the held-out sizes it fails at, or that it never ran."""
+    latest = detail.latest
+    if latest is None:
+        return ""
+    note = note_of(latest.status, latest.correct, latest.correct_heldout)
+    if note == "not_run":
+        return (f"[b $text-warning]{NOTE_TEXT[note]}[/]: {escape(latest.status)} — only the static stages judged it "
+                "(assembled and inspected); whether it is correct and how fast it is are unknown")
+    if note == "heldout":
+        bad = [m for m in detail.measurements if m.split == "heldout" and m.category != "ok"]
+        where = "; ".join(f"{escape(m.category)} at {escape(' '.join(f'{k}={v}' for k, v in (m.sizes or {}).items()))}"
+                          for m in bad[:3]) or "see Timing"
+        return f"[b $text-error]{NOTE_TEXT[note]}[/]: correct on the train sizes, wrong at held-out sizes: {where}"
+    return ""
+
+
+class SampleScreen(KernelMoves, Screen):
+    KEY_SCOPE = "sample"  # its section in the help
     BINDINGS = keys.bindings("sample")
     AUTO_FOCUS = "#sample-ptx"
 
-    def __init__(self, sample_id: int) -> None:
+    def __init__(self, sample_id: int, *, line: int | None = None) -> None:
         super().__init__()
         self.sample_id = sample_id
+        self.line = line  # 1-based PTX line to open at (a search match)
         self.detail: browse.SampleDetail | None = None
         self._sass_shown = False
 
@@ -194,7 +215,7 @@ class SampleScreen(Screen):
             return
         self.detail = detail
         latest = detail.latest
-        verdict = f"{latest.category}" if latest else "never evaluated"
+        verdict = verdict_of(latest)
         label = f" · label: {detail.label.category or 'note'}" if detail.label else ""
         fixit = " · ★ Fixit" if detail.label and detail.label.fixit_candidate else ""
         head = (f"[b]Sample {detail.id}[/b] · {escape(detail.task_id)} ({detail.arch}) · {escape(detail.model)} · level {detail.context_level}"
@@ -207,6 +228,8 @@ class SampleScreen(Screen):
             if message:
                 where = f" (PTX line {line}; g jumps there)" if line else ""
                 head += f"\n[b $text-error]{escape(latest.category)}[/]: {escape(str(message)[:300])}{where}"
+        if more := verdict_line(detail):
+            head += f"\n{more}\n[dim]{escape(LEGEND)}[/]"
         self.query_one("#sample-head", Static).update(head)
         ptx_view = self.query_one("#sample-ptx", PtxView)
         ptx_view.show(detail.ptx, marker=ptx_marker(detail.families))
@@ -218,6 +241,8 @@ class SampleScreen(Screen):
         line = evidence_line(detail)
         if line is not None and latest and latest.category != "ok":
             ptx_view.mark_evidence(line - 1)
+        if self.line is not None:
+            ptx_view.show_line(self.line - 1)
         self._timing(detail)
         self._history(detail)
 
@@ -316,6 +341,27 @@ class SampleScreen(Screen):
 
     def action_diff(self) -> None:
         self.post_message(ShowDiff(self.sample_id, None))
+
+    def action_next_item(self) -> None:
+        self.post_message(StepUnlabelled(self.sample_id))
+
+    def action_prev_item(self) -> None:
+        self.post_message(StepUnlabelled(self.sample_id, backwards=True))
+
+    def move_targets(self) -> list[int]:
+        return [self.sample_id]
+
+    def editor_line(self) -> int | None:
+        return self.query_one("#sample-ptx", PtxView).cursor_location[0] + 1
+
+    def action_copy_code(self) -> None:
+        """The listing on screen: the SASS on its tab, else the PTX."""
+        if self.detail is None:
+            return
+        sass = self._tabs().active == "tab-sass"
+        text = ((self.detail.latest.sass if self.detail.latest else None) or "") if sass else self.detail.ptx
+        self.app.copy_to_clipboard(text)
+        self.notify(f"Copied sample {self.sample_id}'s {'SASS' if sass else 'PTX'} ({len(text.splitlines()):,} lines)")
 
     def action_label(self) -> None:
         self.app.ask_label(self.sample_id)  # type: ignore[attr-defined]

@@ -19,6 +19,7 @@ from ptxbench.tui import keys
 from ptxbench.tui.marks import ptx_marker
 from ptxbench.tui.messages import ShowSample, ShowSamples, StoreFailed, TaskDetailLoaded, TasksLoaded
 from ptxbench.tui.screens.base import ViewScreen
+from ptxbench.tui.screens.overview import PER_SAMPLE_NOTE
 from ptxbench.tui.widgets.code_view import PtxView
 from ptxbench.tui.widgets.common import Table, pct, speed
 
@@ -113,6 +114,7 @@ class TasksScreen(ViewScreen):
                     yield PtxView(id="task-expert-ptx")
                 with TabPane("Results", id="task-results"):
                     yield DataTable(id="task-results-table", zebra_stripes=True)
+                    yield Static(PER_SAMPLE_NOTE, id="task-results-note", classes="legend")
 
     def on_mount(self) -> None:
         super().on_mount()

@@ -1,28 +1,34 @@
-"""Triage (4): failure categories counted by model, task or context level.
+"""Triage (4): verdicts counted by model, task or context level, or a person's labels.
 
-Enter on a count drills into those samples (category × the column's model,
-task or level); there a sample is relabelled (l) or marked for Fixit (f).
+Rows are the automatic verdicts (a category and what it does not say: held-out
+failures and kernels that never ran are rows of their own), or with `L` the
+labels people gave (and the failures no one has labelled yet). Enter on a count
+drills into those samples; there a sample is relabelled (l) or marked for Fixit (f).
 """
 
 from __future__ import annotations
 
+from textual import work
 from textual.app import ComposeResult
 from textual.widgets import DataTable, Static
 
-from ptxbench.db import browse
+from ptxbench.db import browse, triage
 from ptxbench.db import browse_summary as summary
-from ptxbench.db import verdict
+from ptxbench.db import verdict as evaluation_rule  # which evaluation speaks (db/verdict.py)
 from ptxbench.engine.categories import DESCRIPTIONS, STAGE_OF
 from ptxbench.tui import keys
-from ptxbench.tui.messages import ShowSamples
+from ptxbench.tui.messages import ShowSamples, StoreFailed
 from ptxbench.tui.screens.base import ViewScreen
+from ptxbench.tui.screens.moves import KernelMoves
+from ptxbench.tui.verdict import LEGEND, NOTE_TEXT, verdict
 from ptxbench.tui.widgets.common import Table
 
-FIXED_COLUMNS = ("Category", "Stage", "Total")
+FIXED_COLUMNS = ("Verdict", "Stage", "Total")
+LABEL_COLUMNS = ("Label", "Stage", "Total")
 FILTER_FIELD = {"model": "model", "task": "task_id", "level": "context_level"}
 
 
-class TriageScreen(ViewScreen):
+class TriageScreen(KernelMoves, ViewScreen):
     MODE = "triage"
     AUTO_FOCUS = "#triage-table"
     BINDINGS = keys.bindings("triage")
@@ -31,32 +37,58 @@ class TriageScreen(ViewScreen):
         super().__init__()
         self.dimension = "model"
         self.include_ok = False
+        self.by_label = False
         self.table_data: summary.TriageTable | None = None
 
     def compose_body(self) -> ComposeResult:
         yield Static("", id="triage-status", classes="status")
         yield Table(id="triage-table", cursor_type="cell")
         yield Static("", id="triage-help", classes="status")
+        yield Static(LEGEND, id="triage-legend", classes="legend")
 
     def on_mount(self) -> None:
         super().on_mount()
         self.query_one(Table).focus()
 
     def refresh_data(self) -> None:
+        if self.by_label:
+            self.load_labels(self.dimension)
+            return
         cells = self.ptx.cells
         if cells is None:
             return
-        self.table_data = summary.triage(cells, self.dimension, include_ok=self.include_ok)
+        self.show(summary.triage(cells, self.dimension, include_ok=self.include_ok))
+
+    @work(thread=True, exclusive=True, group="triage-labels", exit_on_error=False, description="label counts")
+    def load_labels(self, dimension: str) -> None:
+        try:
+            data = self.ptx.reader.read(triage.label_triage, dimension)
+        except Exception as exc:  # noqa: BLE001
+            self.post_message(StoreFailed(f"triage: {exc}"))
+            return
+        self.app.call_from_thread(self.show, data)
+
+    def show(self, data: summary.TriageTable) -> None:
+        self.table_data = data
         table = self.query_one(Table)
         table.clear(columns=True)
-        table.add_columns(*FIXED_COLUMNS, *self.table_data.columns)
-        for category, total, counts in self.table_data.rows:
-            table.add_row(category, STAGE_OF.get(category, "—"), str(total), *[str(n) if n else "·" for n in counts])
-        n = sum(total for _, total, _ in self.table_data.rows)
-        what = "all verdicts" if self.include_ok else "failures"
+        table.add_columns(*(LABEL_COLUMNS if self.by_label else FIXED_COLUMNS), *data.columns)
+        for category, note, total, counts in data.rows:
+            name = category if self.by_label else verdict(category, note)
+            stage = "—" if self.by_label else {"not_run": "static only", "heldout": "verify (held-out)"}.get(
+                note, STAGE_OF.get(category, "—"))
+            table.add_row(name, stage, str(total), *[str(n) if n else "·" for n in counts])
+        n = sum(total for _, _, total, _ in data.rows)
+        if self.by_label:
+            what = "samples by a person's latest label, and the failures no one has labelled"
+        else:
+            what = "verdicts, ok included" if self.include_ok else "verdicts to look at (failures, held-out failures, never run)"
         self.query_one("#triage-status", Static).update(
-            f"{n:,} {what} by [b]{self.dimension}[/b] ({verdict.describe(self.ptx.reader.newest_evaluation)} of each sample, static verdicts included where the GPU stages were skipped)"
+            f"{n:,} {what} by [b]{self.dimension}[/b] · per sample ({evaluation_rule.describe(self.ptx.reader.newest_evaluation)}; "
+            "static verdicts included where the GPU stages did not run) · L: " + ("automatic verdicts" if self.by_label else "by label")
         )
+        notes = not self.by_label and any(note for _, note, _, _ in data.rows)
+        self.query_one("#triage-legend", Static).display = notes
         self._describe()
 
     def _describe(self) -> None:
@@ -64,8 +96,13 @@ class TriageScreen(ViewScreen):
         data = self.table_data
         text = ""
         if data and data.rows and 0 <= table.cursor_row < len(data.rows):
-            category = data.rows[table.cursor_row][0]
-            text = f"[b]{category}[/b]: {DESCRIPTIONS.get(category, 'passes')}"
+            category, note = data.rows[table.cursor_row][:2]
+            if self.by_label:
+                text = (f"[b]{category}[/b]: failures with no label yet (n and p in Samples step through them)"
+                        if category == triage.UNLABELLED else f"labelled [b]{category}[/b]: {DESCRIPTIONS.get(category, '')}")
+            else:
+                extra = f" — [b]{NOTE_TEXT[note]}[/b]" if note else ""
+                text = f"[b]{category}[/b]: {DESCRIPTIONS.get(category, 'passes')}{extra}"
         self.query_one("#triage-help", Static).update(text)
 
     def on_data_table_cell_highlighted(self, _event: DataTable.CellHighlighted) -> None:
@@ -78,8 +115,14 @@ class TriageScreen(ViewScreen):
         data = self.table_data
         if data is None or not 0 <= row < len(data.rows):
             return
-        category = data.rows[row][0]
-        flt = browse.SampleFilter(category=category)
+        category, note = data.rows[row][:2]
+        if self.by_label and category == triage.UNLABELLED:
+            flt = browse.SampleFilter()
+            self.notify("Every sample: n and p step through the failures no one has labelled.")
+        elif self.by_label:
+            flt = browse.SampleFilter(label=category)
+        else:
+            flt = browse.SampleFilter(category=category, note=note)
         value_index = column - len(FIXED_COLUMNS)
         if 0 <= value_index < len(data.columns):
             flt = flt.with_(**{FILTER_FIELD[self.dimension]: data.columns[value_index]})
@@ -95,8 +138,19 @@ class TriageScreen(ViewScreen):
         self.include_ok = not self.include_ok
         self.refresh_data()
 
-    def action_labelled(self) -> None:
-        self.post_message(ShowSamples(browse.SampleFilter(labelled_only=True)))
+    def action_toggle_labels(self) -> None:
+        self.by_label = not self.by_label
+        self.refresh_data()
 
     def action_fixit_list(self) -> None:
         self.post_message(ShowSamples(browse.SampleFilter(fixit_only=True)))
+
+    def action_export(self) -> None:
+        data = self.table_data
+        if data is None:
+            return
+        first = "label" if self.by_label else "category"
+        columns = [first, "note", "total", *data.columns]
+        rows = [dict(zip(columns, [c, NOTE_TEXT.get(n, ""), t, *counts])) for c, n, t, counts in data.rows]
+        self.export_rows(f"triage-{'labels' if self.by_label else 'verdicts'}-by-{self.dimension}",
+                         f"the triage counts by {self.dimension} ({len(rows)} rows)", columns, rows)

@@ -183,6 +183,12 @@ class CodeView(TextArea):
         self._invalidate()
         self.move_cursor((line_index, 0), center=True)
 
+    def show_line(self, line_index: int) -> None:
+        """Put a line (a search match) in the selection and bring it to the middle of the view."""
+        line_index = max(0, min(line_index, self.document.line_count - 1))
+        self.select_line(line_index)
+        self.call_after_refresh(self.scroll_cursor_visible, center=True)
+
     # -- theme -------------------------------------------------------------
     def on_mount(self) -> None:
         self.watch(self.app, "theme", self._theme_changed, init=False)

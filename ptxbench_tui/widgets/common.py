@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from textual import events
 from textual.app import ComposeResult
-from textual.containers import Horizontal
+from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Select, Static
 
 from ptxbench.tui import keys
@@ -21,7 +22,7 @@ MODES: tuple[tuple[str, str, str], ...] = (
 
 
 class ModeBar(Static):
-    """The views and their number keys, the current one lit."""
+    """The views and their number keys, the current one lit; a click on a view opens it."""
 
     DEFAULT_CSS = """
     ModeBar {
@@ -50,14 +51,86 @@ class ModeBar(Static):
         suffix = f"  [dim]{store.name}[/]" if store else ""
         return "".join(parts) + suffix
 
+    @staticmethod
+    def mode_at(x: int) -> str | None:
+        """The view whose name is painted at column x (padding 1, each entry ` k Title `)."""
+        pos = 1
+        for key, mode, title in MODES:
+            width = len(key) + len(title) + 3
+            if pos <= x < pos + width:
+                return mode
+            pos += width
+        return None
+
+    async def on_click(self, event: events.Click) -> None:
+        mode = self.mode_at(event.x)
+        if mode is not None and mode != self.current:
+            await self.app.run_action(f"switch_mode('{mode}')")
+
 
 class Table(DataTable):
     """A DataTable whose Enter is a shown binding (footer and palette)."""
 
-    BINDINGS = keys.bindings("table")
+    # Enter only: these small tables (triage counts, compare, tasks) select nothing for a bulk action.
+    BINDINGS = [b for b in keys.bindings("table") if b.id == "table.open"]
 
     def __init__(self, *, id: str | None = None, cursor_type: str = "row") -> None:
         super().__init__(id=id, cursor_type=cursor_type, zebra_stripes=True)
+
+
+class FilterPanel(Vertical):
+    """A view's filters, in one row while they fit at a readable width; on a narrower
+    terminal they fold away whole (never cut off yet focusable) and `/` opens them in
+    rows of three, `esc` folds them again. The view's status line says which are set."""
+
+    BINDINGS = keys.bindings("filterbar")
+    SCOPED_CSS = False  # the folded rules name the panel's own classes from outside
+    # The narrowest a filter is still readable at: a selector shows "gemm_bf16_sm9…".
+    READABLE = {"Select": 18, "Input": 24}
+    DEFAULT_CSS = """
+    FilterPanel {
+        height: 3;
+        layout: horizontal;
+    }
+    FilterPanel.-folded { display: none; }
+    FilterPanel.-folded.-open {
+        display: block;
+        layout: vertical;
+        height: auto;
+        border-bottom: solid $primary 40%;
+        FilterBar { layout: grid; grid-size: 3; height: auto; }
+        Input { width: 1fr; }
+    }
+    """
+
+    def needed_width(self) -> int:
+        return sum(self.READABLE.get(type(w).__name__, 0) for w in self.query("Input, Select"))
+
+    def fit(self, width: int) -> None:
+        """Fold when the filters would not be readable in `width` columns."""
+        self.set_class(width < self.needed_width(), "-folded")
+
+    @property
+    def folded(self) -> bool:
+        return self.has_class("-folded") and not self.has_class("-open")
+
+    def open(self) -> None:
+        """Show the filters (if folded) and put the cursor in the first of them."""
+        self.add_class("-open")
+        self.call_after_refresh(self._focus_first)
+
+    def _focus_first(self) -> None:
+        for widget in self.query("Input, Select"):
+            if widget.focusable:
+                widget.focus()
+                return
+
+    def action_close(self) -> None:
+        self.remove_class("-open")
+        screen = self.screen
+        target = getattr(screen, "AUTO_FOCUS", None)
+        if target:
+            screen.query_one(target).focus()
 
 
 class FilterBar(Horizontal):

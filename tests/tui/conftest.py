@@ -67,3 +67,13 @@ async def settle(pilot) -> None:
         if not any(w.is_running for w in app.workers):
             break
     await pilot.pause()
+
+
+async def open_view(pilot, key: str, screen_type: type):
+    """Press a view's number key once the app has settled; the view, checked to be that type."""
+    await settle(pilot)
+    await pilot.press(key)
+    await settle(pilot)
+    screen = pilot.app.screen
+    assert isinstance(screen, screen_type), screen
+    return screen

@@ -162,15 +162,15 @@ async def test_enter_diffs_the_failed_sample_with_its_fix(fixit_app, ids):
         assert (app.screen.left, app.screen.right) == (ids.wgmma_missing, ids.wrong_result)
 
 
-async def test_e_shows_the_explanation_in_full(fixit_app, ids):
+async def test_i_shows_the_explanation_in_full(fixit_app, ids):
     app = fixit_app()
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_fixit(pilot)
         move_to(screen, ids.wrong_result, ids.turn2)
         await settle(pilot)
-        # The preview under the table starts the explanation; `e` shows all of it.
+        # The preview under the table starts the explanation; `i` shows all of it.
         assert "accumulator fragment" in str(screen.query_one("#fixit-preview").render())
-        await pilot.press("e")
+        await pilot.press("i")
         await settle(pilot)
         dialog = app.screen
         assert isinstance(dialog, ExplanationScreen)
@@ -192,11 +192,11 @@ async def test_pages_and_keys_in_footer_help_and_palette(fixit_app, ids, monkeyp
         screen = await open_fixit(pilot)
         first = [r.fix_id for r in screen.rows]
         assert len(first) == 3 and screen.total == 4
-        await pilot.press("n")
+        await pilot.press("greater_than_sign")
         await settle(pilot)
         assert screen.page_offset == 3 and len(screen.rows) == 1 and screen.rows[0].fix_id not in first
         assert "pairs 4–4 of 4" in str(screen.query_one("#fixit-status").render())
-        await pilot.press("p")
+        await pilot.press("less_than_sign")
         await settle(pilot)
         assert [r.fix_id for r in screen.rows] == first
         footer = dict((d, k) for k, d in screen.query_one(KeyBar).entries())
@@ -211,13 +211,13 @@ async def test_pages_and_keys_in_footer_help_and_palette(fixit_app, ids, monkeyp
 
 
 async def test_keymap_rebinds_the_view_and_its_keys(fixit_app, ids):
-    app = fixit_app(keymap={"app.fixit": "f8", "fixit.explain": "E"})
+    app = fixit_app(keymap={"app.fixit": "f8", "fixit.explain": "X"})
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         await pilot.press("f8")
         await settle(pilot)
         assert isinstance(app.screen, FixitScreen)
-        await pilot.press("E")
+        await pilot.press("X")
         await settle(pilot)
         assert isinstance(app.screen, ExplanationScreen)
 

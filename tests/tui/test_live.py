@@ -52,7 +52,7 @@ async def test_reverify_runs_the_engine_and_shows_the_new_evaluation(app_for, st
         assert after[: len(before)] == before and len(after) == len(before) + 1  # appended, nothing rewritten
         assert after[-1][0] == live.results[0]["evaluation_id"] and after[-1][2] == "skipped: no sm_90a device"
         # Shown when done: the sample's newest evaluation is the new one.
-        await pilot.press("o")
+        await pilot.press("enter")  # the result table: open its sample
         await settle(pilot)
         sample = app.screen
         assert isinstance(sample, SampleScreen) and sample.detail.latest.id == after[-1][0]
@@ -116,7 +116,7 @@ async def test_cancel_sends_sigterm_and_the_engine_stops_cleanly(app_for, store,
             if "sample" in str(live.query_one("#live-stage").render()):
                 break
         assert live.running
-        await pilot.press("x")
+        await pilot.press("K")
         await settle(pilot)
         assert live.last_exit.cancelled and live.last_exit.saw_done and live.last_exit.returncode == 0
         assert not live.running
@@ -175,7 +175,7 @@ async def test_the_real_engine_judges_a_sample_statically(store, tmp_path, ids):
         live = app.screen
         assert live.last_exit.returncode == 0 and live.last_exit.saw_done, live.last_exit
         assert [(r["sample_id"], r["category"]) for r in live.results] == [(ids.syntax_sample, "syntax")]
-        await pilot.press("o")
+        await pilot.press("enter")  # the result table: open its sample
         await settle(pilot)
         sample = app.screen
         assert sample.detail.latest.source == "ptxbench eval"

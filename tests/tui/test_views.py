@@ -46,10 +46,10 @@ async def test_overview_filters_levels_and_drill(app_for):
         await pilot.press("c")
         await settle(pilot)
         assert table.row_count == 8
-        await pilot.press("l")  # fold context levels
+        await pilot.press("z")  # fold context levels
         await settle(pilot)
         assert {r[3] for r in rows_of(table)} == {"*"}
-        await pilot.press("l")
+        await pilot.press("z")
         await settle(pilot)
         # Drill: the row for model b's GEMM → the samples view filtered to it.
         index = next(i for i, r in enumerate(screen.rows) if r.model == "fixture-model-b")
@@ -66,7 +66,7 @@ async def test_overview_trajectory_metrics(app_for):
     app = app_for()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        await pilot.press("m")
+        await pilot.press("t")
         await settle(pilot)
         screen = app.screen
         assert screen.trajectories and screen.metrics_rows is not None
@@ -92,11 +92,12 @@ async def test_tasks_detail_expert_and_samples(app_for, ids):
         assert {r[0] for r in rows_of(results)} == {"expert", "fixture-model-a", "fixture-model-b"}
         await pilot.press("right_square_bracket")
         assert screen.query_one("#task-tabs").active == "task-expert"
-        await pilot.press("e")
+        await pilot.press("x")
         await settle(pilot)
         assert isinstance(app.screen, SampleScreen) and app.screen.sample_id == ids.wgmma_ok
         await pilot.press("escape")
-        await pilot.press("s")
+        screen.query_one("#tasks-table").focus()
+        await pilot.press("enter")
         await settle(pilot)
         assert isinstance(app.screen, SamplesScreen) and app.screen.filter.task_id == "gemm_bf16_sm90a"
 
@@ -110,10 +111,10 @@ async def test_samples_search_paging_and_filters(app_for, ids, monkeypatch):
         screen = await goto(pilot, "3")
         assert isinstance(screen, SamplesScreen)
         assert len(screen.rows) == 4 and screen.total == 11
-        await pilot.press("n")
+        await pilot.press("greater_than_sign")
         await settle(pilot)
         assert screen.page_offset == 4 and screen.rows[0].id == 7
-        await pilot.press("p")
+        await pilot.press("less_than_sign")
         await settle(pilot)
         assert screen.page_offset == 0
         await pilot.press("slash")
@@ -180,25 +181,25 @@ async def test_diff_with_fix_split_target_and_noise(app_for, ids):
         split_lines = view.line_count
         await pilot.press("s")
         assert not view.split and view.line_count == split_lines + 1  # a change is two lines unified
-        await pilot.press("t")
+        await pilot.press("right_square_bracket")
         await settle(pilot)
         assert diff.options.target == "manifest"
-        await pilot.press("t")
+        await pilot.press("right_square_bracket")
         await settle(pilot)
         assert diff.options.target == "sass"
-        await pilot.press("t")
+        await pilot.press("right_square_bracket")
         await settle(pilot)
         assert diff.options.target == "log" and any("Parsing error" in r.left for r in view.rows)
         await pilot.press("N")
         await settle(pilot)
         assert diff.options.noise is False
-        await pilot.press("x")
+        await pilot.press("tilde")
         await settle(pilot)
         assert (diff.left, diff.right) == (ids.expert_vecadd, ids.syntax_sample)
         await pilot.press("right_curly_bracket")
         await settle(pilot)
         assert diff.options.context == 8
-        await pilot.press("o")
+        await pilot.press("number_sign")
         await pilot.press(*str(ids.wgmma_ok), "enter")
         await settle(pilot)
         assert diff.right == ids.wgmma_ok
@@ -235,13 +236,13 @@ async def test_triage_dimensions_and_drill(app_for):
         assert isinstance(screen, TriageScreen)
         table = screen.query_one(DataTable)
         assert screen.table_data.columns == ["fixture-model-a", "fixture-model-b", "mutation"]
-        await pilot.press("g")
+        await pilot.press("G")
         assert screen.dimension == "task" and "gemm_bf16_sm90a" in screen.table_data.columns
-        await pilot.press("g")
+        await pilot.press("G")
         assert screen.dimension == "level"
-        await pilot.press("g", "o")
+        await pilot.press("G", "a")
         assert screen.dimension == "model" and "ok" in [r[0] for r in screen.table_data.rows]
-        await pilot.press("o")
+        await pilot.press("a")
         row = next(i for i, r in enumerate(screen.table_data.rows) if r[0] == "slower_than_baseline")
         table.move_cursor(row=row, column=3 + screen.table_data.columns.index("fixture-model-b"))
         await pilot.press("enter")
@@ -250,9 +251,15 @@ async def test_triage_dimensions_and_drill(app_for):
         assert isinstance(samples, SamplesScreen)
         assert (samples.filter.category, samples.filter.model) == ("slower_than_baseline", "fixture-model-b")
         assert len(samples.rows) == 2
-        await pilot.press("4", "L")
+        await pilot.press("4", "L")  # rows by a person's label
         await settle(pilot)
-        assert app.screen.filter.labelled_only and len(app.screen.rows) == 1
+        labels = {r[0]: r[2] for r in app.screen.table_data.rows}
+        assert app.screen.by_label and len(labels) == 2 and "(no label)" in labels
+        label = next(name for name in labels if name != "(no label)")
+        table.move_cursor(row=[r[0] for r in app.screen.table_data.rows].index(label), column=2)
+        await pilot.press("enter")
+        await settle(pilot)
+        assert app.screen.filter.label == label and len(app.screen.rows) == labels[label] == 1
 
 
 async def test_compare_baseline_and_deltas(app_for, ids):
@@ -318,7 +325,7 @@ async def test_help_and_palette_offer_the_footer_actions(app_for):
         provider = BindingCommands(screen)
         offered = {name for name, _, _ in provider._commands()}  # noqa: SLF001
         assert shown <= offered
-        assert {"Search", "Diff", "Label", "Fixit", "Re-verify", "Samples", "Live"} <= offered
+        assert {"Filter", "Diff", "Label", "Fixit", "Re-verify", "Samples", "Live"} <= offered
         await pilot.press("question_mark")
         await settle(pilot)
         assert type(app.screen).__name__ == "HelpScreen"
@@ -382,7 +389,7 @@ async def test_the_remaining_actions(app_for, store, ids):
         await settle(pilot)
         # Tasks: the prompt's context level cycles.
         tasks = await goto(pilot, "2")
-        await pilot.press("p")
+        await pilot.press("P")
         await settle(pilot)
         assert tasks.prompt_level == "full"
         # A sample: diff, label dialog, Fixit mark, re-verify — from the sample's own view.
@@ -400,7 +407,7 @@ async def test_the_remaining_actions(app_for, store, ids):
         await settle(pilot)
         diff = app.screen
         assert isinstance(diff, DiffScreen) and diff.right == ids.wgmma_ok
-        await pilot.press("g", "w", "left_curly_bracket")
+        await pilot.press("percent_sign", "w", "left_curly_bracket")
         await settle(pilot)
         assert diff.options.registers and not diff.options.whitespace and diff.options.context == 1
         await pilot.press("escape")
@@ -419,7 +426,7 @@ async def test_the_remaining_actions(app_for, store, ids):
         compare.query_one("#compare-task").value = "gemm_bf16_sm90a"
         await settle(pilot)
         compare.query_one(DataTable).move_cursor(column=1)
-        await pilot.press("o")
+        await pilot.press("enter")
         await settle(pilot)
         assert isinstance(app.screen, SampleScreen) and app.screen.sample_id == compare.ordered()[0].sample_id
         await pilot.press("escape")

@@ -1,0 +1,107 @@
+"""Small dialogs of the triage moves: sort by a column, export a table."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Input, Label, OptionList, RadioButton, RadioSet, Static
+from textual.widgets.option_list import Option
+
+from ptxbench.tui import keys
+from ptxbench.tui.kernel_files import FORMATS, default_export_path
+from ptxbench.tui.widgets.key_bar import KeyBar
+
+
+class SortDialog(ModalScreen[str | None]):
+    """Pick the column to sort by; the current one is marked, and picking it again reverses it."""
+
+    BINDINGS = keys.bindings("dialog")[:1]
+
+    def __init__(self, columns: list[str], current: str | None, descending: bool, where: str) -> None:
+        super().__init__()
+        self.columns = columns
+        self.current = current
+        self.descending = descending
+        self.where = where
+
+    def compose(self) -> ComposeResult:
+        options = []
+        for name in self.columns:
+            mark = (" ▼ (again: ▲)" if self.descending else " ▲ (again: ▼)") if name == self.current else ""
+            options.append(Option(f"{name}{mark}", id=name))
+        with Vertical(id="sort-dialog", classes="dialog"):
+            yield Label(f"[b]Sort by[/b]  [dim]{self.where}[/dim]")
+            yield OptionList(*options, id="sort-options")
+        yield KeyBar()
+
+    def on_mount(self) -> None:
+        options = self.query_one(OptionList)
+        if self.current in self.columns:
+            options.highlighted = self.columns.index(self.current)
+        options.focus()
+
+    @on(OptionList.OptionSelected)
+    def _chosen(self, event: OptionList.OptionSelected) -> None:
+        self.dismiss(event.option.id)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+@dataclass(frozen=True)
+class ExportChoice:
+    path: Path
+    fmt: str
+
+
+class ExportDialog(ModalScreen[ExportChoice | None]):
+    """Where to write a table, and as CSV or JSON."""
+
+    BINDINGS = keys.bindings("dialog")
+
+    def __init__(self, what: str, describe: str) -> None:
+        super().__init__()
+        self.what = what
+        self.describe = describe
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="export-dialog", classes="dialog"):
+            yield Label(f"[b]Export[/b] {self.describe}")
+            with RadioSet(id="export-format"):
+                for i, fmt in enumerate(FORMATS):
+                    yield RadioButton(fmt.upper(), value=i == 0, id=f"export-{fmt}")
+            yield Input(str(default_export_path(self.what, FORMATS[0])), id="export-path")
+            yield Static("⏎ or ctrl+s writes the file · esc cancels", classes="dim")
+        yield KeyBar()
+
+    def on_mount(self) -> None:
+        self.query_one(Input).focus()
+
+    def fmt(self) -> str:
+        pressed = self.query_one(RadioSet).pressed_button
+        return (pressed.id or "export-csv").removeprefix("export-") if pressed else FORMATS[0]
+
+    @on(RadioSet.Changed)
+    def _format_changed(self) -> None:
+        # Follow the format in the file name unless the person typed their own.
+        field = self.query_one(Input)
+        path = Path(field.value)
+        if path.suffix.lstrip(".") in FORMATS:
+            field.value = str(path.with_suffix(f".{self.fmt()}"))
+
+    def action_save(self) -> None:
+        text = self.query_one(Input).value.strip()
+        if text:
+            self.dismiss(ExportChoice(Path(text).expanduser(), self.fmt()))
+
+    @on(Input.Submitted)
+    def _submitted(self) -> None:
+        self.action_save()
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
