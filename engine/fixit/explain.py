@@ -60,6 +60,7 @@ WHY: dict[str, str] = {
     "required_not_executed": "A requested family must actually execute at run time.",
     "suspected_reward_hack": "The result must be computed from the inputs on every run.",
     "slower_than_baseline": "Correct already; the fix makes it faster than the library.",
+    "no_baseline": "Correct already; no library ran to compare its speed with.",
 }
 assert set(WHY) == set(DESCRIPTIONS)
 
