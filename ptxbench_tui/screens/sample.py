@@ -266,17 +266,19 @@ class SampleScreen(KernelMoves, Screen):
         head = "Never timed."
         if latest and latest.time_ms is not None:
             head = (f"headline: {num(latest.time_ms)} ms vs baseline {num(latest.baseline_ms)} ms → "
-                    f"[b]{speed(latest.speedup)}[/b]" + (f" · {latest.tflops:.1f} TFLOP/s" if latest.tflops else ""))
+                    f"[b]{speed(latest.speedup)}[/b]" + (f" · {latest.tflops:.1f} TFLOP/s" if latest.tflops else "")
+                    + (f" · {latest.sol_fraction:.0%} of the speed of light" if latest.sol_fraction else ""))
         elif latest and latest.status.startswith("skipped"):
             head = f"Not timed: {latest.status}."
         self.query_one("#sample-timing-head", Static).update(head)
         table = self.query_one("#sample-timing", DataTable)
         table.clear(columns=True)
-        table.add_columns("Split", "Sizes", "Category", "Max rel. err", "ms", "Spread", "Baseline ms", "Speedup", "TFLOP/s")
+        table.add_columns("Split", "Sizes", "Category", "Max rel. err", "ms", "Spread", "Baseline ms", "Speedup", "TFLOP/s",
+                          "of SOL")
         for m in detail.measurements:
             sizes = " ".join(f"{k}={v}" for k, v in m.sizes.items()) if isinstance(m.sizes, dict) else str(m.sizes)
             table.add_row(m.split, sizes, m.category, num(m.max_rel_err, "{:.2e}"), num(m.time_ms), num(m.time_spread, "{:.1%}"),
-                          num(m.baseline_ms), speed(m.speedup), num(m.tflops, "{:.1f}"))
+                          num(m.baseline_ms), speed(m.speedup), num(m.tflops, "{:.1f}"), num(m.sol_fraction, "{:.0%}"))
 
     def _history(self, detail: browse.SampleDetail) -> None:
         out = ["[b]Evaluations[/b] (newest first; re-verifying adds one, none is ever changed; "
