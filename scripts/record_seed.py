@@ -119,7 +119,8 @@ def main() -> int:
             print(f"{m.id}: the mutated manifest does not parse: {exc}", file=sys.stderr)
             return 1
         candidate = Candidate("ptx", variant.code, manifest, m.source)
-        j = judge(candidate, m.task, gpu=not args.static, sizes=mutation_sizes(m.task))
+        # A defective variant that hangs is judged at a 3 s launch deadline (its sizes take milliseconds).
+        j = judge(candidate, m.task, gpu=not args.static, sizes=mutation_sizes(m.task), launch_timeout_s=3.0)
         key = f"mutation:{m.id}"
         seed["samples"].append({
             "seed_key": key, "task_id": m.task, "model": "mutation", "language": "ptx", "code": variant.code,

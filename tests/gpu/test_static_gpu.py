@@ -8,6 +8,7 @@ full judgement agree on everything the manifest decides.
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -76,6 +77,9 @@ def _variants() -> list[tuple[str, str, Candidate]]:
 VARIANTS = _variants()
 
 
+@pytest.mark.skipif(not os.environ.get("PTXBENCH_SLOW_GPU"),
+                    reason="the seed recording (scripts/record_seed.py) judges these same candidates on the GPU and "
+                           "tests/test_static_agreement.py holds the static verdicts to it; PTXBENCH_SLOW_GPU=1 runs it here")
 @pytest.mark.parametrize("key, task, candidate", VARIANTS, ids=[v[0] for v in VARIANTS])
 def test_static_and_full_judgement_agree_on_manifest_categories(key, task, candidate, runner):
     static = judge_static(candidate, task)
