@@ -24,7 +24,7 @@ from ptxbench.db.records import Evaluation, Measurement, Model, Run, Sample, con
 from ptxbench.db.seed import seed_store
 from ptxbench.db.store import now_iso, open_store, set_meta
 from ptxbench.db.writes import bulk_load, insert_many
-from ptxbench.engine.categories import BY_STAGE, STAGE_OF
+from ptxbench.engine.categories import BY_STAGE, STAGE_OF, Category
 
 SOURCE = "synthetic: benchmark fixture, not model output"
 MODELS = ("synthetic-a", "synthetic-b", "synthetic-c")
@@ -79,7 +79,7 @@ def _code(sample_id: int, arch: str, body: str) -> str:
 def _verdict(rng: random.Random, turn: int, skill: float, arch: str) -> str:
     p_ok = min(0.85, skill * (0.6 + 0.25 * turn))
     if rng.random() < p_ok:
-        return "ok" if rng.random() < 0.55 else "slower_than_baseline"
+        return Category.OK if rng.random() < 0.55 else "slower_than_baseline"
     return rng.choice(FAILURES)
 
 
@@ -186,21 +186,21 @@ def _evaluation(rng: random.Random, eval_id: int, sample_id: int, category: str,
     speedup = None
     if correct:
         speedup = round(rng.lognormvariate(-0.4, 0.5), 4)
-        if category == "ok":
+        if category == Category.OK:
             speedup = max(speedup, 1.0 + rng.random())
-        elif category == "slower_than_baseline":
+        elif category == Category.SLOWER_THAN_BASELINE:
             speedup = min(speedup, 0.99)
     return Evaluation(
         sample_id=sample_id, engine_version="synthetic", status="judged", category=category, source=SOURCE,
         created_at=created, device="synthetic device", stage=stage, compiled=compiled,
         correct=correct if reached_verify else (False if not compiled else None),
         correct_heldout=(correct and rng.random() < 0.8) if reached_verify else None,
-        uses_ptx=uses, uses_sass=(uses and category != "required_missing_sass") if compiled else None,
+        uses_ptx=uses, uses_sass=(uses and category != Category.REQUIRED_MISSING_SASS) if compiled else None,
         ptx_families=["wgmma", "tma", "mbarrier"] if uses else ["mbarrier"],
         sass_families=["wgmma", "tma"] if uses else [],
         required_missing=[] if uses or uses is None else ["wgmma"],
         resources={"kernel": {"registers": rng.randint(32, 255), "shared": rng.randint(0, 232448), "spills": 0}},
-        evidence={"synthetic": True, "message": f"synthetic {category}"} if category != "ok" else {},
+        evidence={"synthetic": True, "message": f"synthetic {category}"} if category != Category.OK else {},
         assembler_log=f"ptxas synthetic fixture: {category} near line {rng.randint(1, 40)}"
         if stage == "assemble" else None,
         time_ms=round(rng.uniform(0.05, 5.0), 4) if speedup else None,

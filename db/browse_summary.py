@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from ptxbench.db import verdict
 from ptxbench.db.browse import USES, SampleFilter, sample_from, shown_join
-from ptxbench.engine.categories import STAGE_OF
+from ptxbench.engine.categories import STAGE_OF, Category
 
 NOT_RUN = "(e.status <> 'judged')"
 
@@ -251,7 +251,7 @@ def triage(all_cells: list[Cell], dimension: str = "model", *, include_ok: bool 
     columns: set[str] = set()
     for c in all_cells:
         # A verdict reached by the static stages stands even when the GPU stages were skipped.
-        if c.category is None or (c.category == "ok" and not c.note and not include_ok):
+        if c.category is None or (c.category == Category.OK and not c.note and not include_ok):
             continue
         by = counts.setdefault((c.category, c.note), {})
         by[pick(c)] = by.get(pick(c), 0) + c.samples

@@ -7,44 +7,101 @@ and within a stage the order below is the priority.
 
 from __future__ import annotations
 
-OK = "ok"
+from enum import StrEnum
+
+
+class Category(StrEnum):
+    """Every word a verdict can be. The values are what the store keeps (evaluations.category,
+    measurements.category, labels), so they never change; a member compares equal to its string."""
+
+    OK = "ok"
+    # extract
+    NO_CANDIDATE = "no_candidate"
+    AMBIGUOUS_CANDIDATE = "ambiguous_candidate"
+    BAD_MANIFEST = "bad_manifest"
+    # assemble
+    BAD_HEADER = "bad_header"
+    PTX_VERSION = "ptx_version"
+    TARGET_MISMATCH = "target_mismatch"
+    ARCH_UNSUPPORTED = "arch_unsupported"
+    CUDA_COMPILE_ERROR = "cuda_compile_error"
+    SYNTAX = "syntax"
+    UNKNOWN_INSTRUCTION = "unknown_instruction"
+    UNDEFINED_SYMBOL = "undefined_symbol"
+    REDECLARATION = "redeclaration"
+    OPERAND_MISMATCH = "operand_mismatch"
+    INVALID_OPERAND = "invalid_operand"
+    RESOURCE_LIMIT = "resource_limit"
+    ASSEMBLE_OTHER = "assemble_other"
+    # load
+    LOAD_ERROR = "load_error"
+    ENTRY_MISSING = "entry_missing"
+    PARAM_MISMATCH = "param_mismatch"
+    LAUNCH_CONFIG = "launch_config"
+    # run
+    HANG_TIMEOUT = "hang_timeout"
+    ILLEGAL_INSTRUCTION = "illegal_instruction"
+    MISALIGNED_ADDRESS = "misaligned_address"
+    ILLEGAL_ADDRESS = "illegal_address"
+    RUNTIME_OTHER = "runtime_other"
+    # verify
+    OUT_OF_BOUNDS_WRITE = "out_of_bounds_write"
+    INPUT_MODIFIED = "input_modified"
+    UNWRITTEN_OUTPUT = "unwritten_output"
+    NAN_INF = "nan_inf"
+    WRONG_RESULT = "wrong_result"
+    # requirement
+    REQUIRED_MISSING_PTX = "required_missing_ptx"
+    REQUIRED_MISSING_SASS = "required_missing_sass"
+    REQUIRED_NOT_EXECUTED = "required_not_executed"
+    # integrity
+    SUSPECTED_REWARD_HACK = "suspected_reward_hack"
+    # speed
+    SLOWER_THAN_BASELINE = "slower_than_baseline"
+    NO_BASELINE = "no_baseline"
+    # Not a verdict: the tool itself failed on the sample (the evaluation's status says how). Its row
+    # keeps whatever the static stages found, so nothing attempted is left unrecorded.
+    TOOL_ERROR = "tool_error"
+
+
+C = Category
+OK = Category.OK
+TOOL_ERROR = Category.TOOL_ERROR
 
 # Stage → categories in priority order (first = most fundamental).
-BY_STAGE: dict[str, tuple[str, ...]] = {
-    "extract": ("no_candidate", "ambiguous_candidate", "bad_manifest"),
+BY_STAGE: dict[str, tuple[Category, ...]] = {
+    "extract": (C.NO_CANDIDATE, C.AMBIGUOUS_CANDIDATE, C.BAD_MANIFEST),
     "assemble": (
-        "bad_header",
-        "ptx_version",
-        "target_mismatch",
-        "arch_unsupported",
-        "cuda_compile_error",
-        "syntax",
-        "unknown_instruction",
-        "undefined_symbol",
-        "redeclaration",
-        "operand_mismatch",
-        "invalid_operand",
-        "resource_limit",
-        "assemble_other",
+        C.BAD_HEADER,
+        C.PTX_VERSION,
+        C.TARGET_MISMATCH,
+        C.ARCH_UNSUPPORTED,
+        C.CUDA_COMPILE_ERROR,
+        C.SYNTAX,
+        C.UNKNOWN_INSTRUCTION,
+        C.UNDEFINED_SYMBOL,
+        C.REDECLARATION,
+        C.OPERAND_MISMATCH,
+        C.INVALID_OPERAND,
+        C.RESOURCE_LIMIT,
+        C.ASSEMBLE_OTHER,
     ),
-    "load": ("load_error", "entry_missing", "param_mismatch", "launch_config"),
-    "run": ("hang_timeout", "illegal_instruction", "misaligned_address", "illegal_address", "runtime_other"),
-    "verify": ("out_of_bounds_write", "input_modified", "unwritten_output", "nan_inf", "wrong_result"),
-    "requirement": ("required_missing_ptx", "required_missing_sass", "required_not_executed"),
-    "integrity": ("suspected_reward_hack",),
-    "speed": ("slower_than_baseline", "no_baseline"),
+    "load": (C.LOAD_ERROR, C.ENTRY_MISSING, C.PARAM_MISMATCH, C.LAUNCH_CONFIG),
+    "run": (C.HANG_TIMEOUT, C.ILLEGAL_INSTRUCTION, C.MISALIGNED_ADDRESS, C.ILLEGAL_ADDRESS, C.RUNTIME_OTHER),
+    "verify": (C.OUT_OF_BOUNDS_WRITE, C.INPUT_MODIFIED, C.UNWRITTEN_OUTPUT, C.NAN_INF, C.WRONG_RESULT),
+    "requirement": (C.REQUIRED_MISSING_PTX, C.REQUIRED_MISSING_SASS, C.REQUIRED_NOT_EXECUTED),
+    "integrity": (C.SUSPECTED_REWARD_HACK,),
+    "speed": (C.SLOWER_THAN_BASELINE, C.NO_BASELINE),
 }
 
 STAGES: tuple[str, ...] = tuple(BY_STAGE)
-CATEGORIES: tuple[str, ...] = tuple(c for cats in BY_STAGE.values() for c in cats)
+CATEGORIES: tuple[Category, ...] = tuple(c for cats in BY_STAGE.values() for c in cats)
 STAGE_OF: dict[str, str] = {c: stage for stage, cats in BY_STAGE.items() for c in cats}
 
 # A verdict that is not a judgement: the hardware was not there.
 SKIPPED_PREFIX = "skipped: "
-# Nor is this: the tool itself failed on the sample (the evaluation's status says how). Its row keeps
-# whatever the static stages found, so nothing attempted is left unrecorded; it is never a verdict.
+# The status of an evaluation the tool failed on (its category is TOOL_ERROR).
 ERROR_PREFIX = "error: "
-TOOL_ERROR = "tool_error"
 
 DESCRIPTIONS: dict[str, str] = {
     "no_candidate": "the response holds no kernel code",
@@ -86,10 +143,11 @@ DESCRIPTIONS: dict[str, str] = {
 }
 
 assert set(DESCRIPTIONS) == set(CATEGORIES)
+assert set(Category) == set(CATEGORIES) | {OK, TOOL_ERROR}
 
 
 # Verdicts of a kernel that computes the right result with what was asked (the speed stage aside).
-CORRECT: frozenset[str] = frozenset({OK, "slower_than_baseline", "no_baseline"})
+CORRECT: frozenset[str] = frozenset({OK, C.SLOWER_THAN_BASELINE, C.NO_BASELINE})
 
 
 def is_category(word: str) -> bool:

@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ptxbench.engine.categories import OK, worst
+from ptxbench.engine.categories import OK, Category, worst
 from ptxbench.engine.manifest import (
     LaunchConfigError, ManifestError, ResolvedManifest, default_manifest, merge, param_problems, resolve,
 )
@@ -101,7 +101,7 @@ def check_launches(candidate: Candidate | None, task: TaskSpec, ptx: str, *, arc
         if problems:
             category = worst([c for c, _ in problems])
             message = "; ".join(m for _, m in problems)
-            if category == "entry_missing":
+            if category == Category.ENTRY_MISSING:
                 message += _mangled_hint(resolved, ptx)
             out.sizes.append(SizeCheck(split, dict(s), category, message))
             continue

@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from ptxbench.db.records import Evaluation, Measurement, Sample
-from ptxbench.engine.categories import DESCRIPTIONS, OK, STAGE_OF
+from ptxbench.engine.categories import DESCRIPTIONS, OK, STAGE_OF, Category
 from ptxbench.tasks.spec import TaskSpec
 
 MAX_LOG_LINES = 25
@@ -86,7 +86,7 @@ def feedback_message(task: TaskSpec, evaluation: Evaluation, measurements: list[
                    "most one ```json block with the launch manifest.")
     elif stage == "assemble":
         where = f" at line {ev['line']}" if ev.get("line") else ""
-        tool = "nvcc" if cat == "cuda_compile_error" else "ptxas"
+        tool = "nvcc" if cat == Category.CUDA_COMPILE_ERROR else "ptxas"
         out.append(f"{tool} rejected it for {task.arch}{where}: {ev.get('message', '')}".rstrip())
         context = _source_context(evaluation.ptx or (sample.code if sample else None), ev.get("line"))
         if context:
@@ -104,7 +104,7 @@ def feedback_message(task: TaskSpec, evaluation: Evaluation, measurements: list[
     size_lines = _size_lines(train, ev)
     if size_lines and stage not in ("extract", "assemble"):
         out.append("Results at the checked sizes:\n" + "\n".join(size_lines))
-    if cat == "slower_than_baseline" or (evaluation.speedup is not None and stage not in ("extract", "assemble")):
+    if cat == Category.SLOWER_THAN_BASELINE or (evaluation.speedup is not None and stage not in ("extract", "assemble")):
         out.append(_speed_text(task, evaluation))
 
     warnings = [_warning_text(w) for w in evaluation.warnings or []]

@@ -19,6 +19,8 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from ptxbench.engine.arch import arch_of as arch_of  # re-exported: the worker names its device's target
+
 PROTOCOL_VERSION = 2
 
 # Scalar kinds a kernel parameter may have, and their sizes in bytes.
@@ -302,11 +304,6 @@ class DeviceInfo:
         d = {k: v for k, v in d.items() if k in names}
         d["compute_capability"] = tuple(d["compute_capability"])
         return DeviceInfo(**d)
-
-
-def arch_of(major: int, minor: int) -> str:
-    """The architecture-specific target a device of this compute capability runs."""
-    return f"sm_{major}{minor}a"
 
 
 def dumps(obj: Any) -> str:

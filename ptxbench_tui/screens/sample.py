@@ -16,7 +16,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Static, TabbedContent, TabPane
 
 from ptxbench.db import browse
-from ptxbench.engine.categories import DESCRIPTIONS
+from ptxbench.engine.categories import DESCRIPTIONS, Category
 from ptxbench.tui import keys
 from ptxbench.tui.marks import ptx_marker, sass_marker
 from ptxbench.tui.messages import DetailLoaded, Reverify, ShowDiff, StepUnlabelled, StoreFailed
@@ -154,7 +154,7 @@ def verdict_line(detail: browse.SampleDetail) -> str:
         return (f"[b $text-warning]{NOTE_TEXT[note]}[/]: {escape(latest.status)} — only the static stages judged it "
                 "(assembled and inspected); whether it is correct and how fast it is are unknown")
     if note == "heldout":
-        bad = [m for m in detail.measurements if m.split == "heldout" and m.category != "ok"]
+        bad = [m for m in detail.measurements if m.split == "heldout" and m.category != Category.OK]
         where = "; ".join(f"{escape(m.category)} at {escape(' '.join(f'{k}={v}' for k, v in (m.sizes or {}).items()))}"
                           for m in bad[:3]) or "see Timing"
         return f"[b $text-error]{NOTE_TEXT[note]}[/]: correct on the train sizes, wrong at held-out sizes: {where}"
@@ -222,7 +222,7 @@ class SampleScreen(KernelMoves, Screen):
                 f" · turn {detail.turn} · [b]{escape(verdict)}[/b]{escape(label)}{fixit}\n"
                 f"[dim]{escape(detail.source)} · requested: {', '.join(detail.families) or 'none'}"
                 f"{' · device ' + escape(latest.device) if latest and latest.device else ''}[/]")
-        if latest and latest.category != "ok":
+        if latest and latest.category != Category.OK:
             message, _ = evidence_message(latest.evidence)
             line = evidence_line(detail)
             if message:
@@ -239,7 +239,7 @@ class SampleScreen(KernelMoves, Screen):
         self.query_one("#sample-asm", Static).update(resources_text(latest))
         self.query_one("#sample-evidence", Static).update(evidence_text(detail))
         line = evidence_line(detail)
-        if line is not None and latest and latest.category != "ok":
+        if line is not None and latest and latest.category != Category.OK:
             ptx_view.mark_evidence(line - 1)
         if self.line is not None:
             ptx_view.show_line(self.line - 1)

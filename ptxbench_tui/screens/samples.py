@@ -15,6 +15,7 @@ from textual.app import ComposeResult
 from textual.widgets import Input, Select, Static
 
 from ptxbench.db import browse, triage
+from ptxbench.engine.categories import Category
 from ptxbench.tui import keys
 from ptxbench.tui.messages import CountLoaded, PageLoaded, Reverify, ShowDiff, ShowSample, StoreFailed
 from ptxbench.tui.screens.base import ViewScreen
@@ -37,7 +38,7 @@ FILTERS = [("model", "Model"), ("task_id", "Task"), ("arch", "Arch"), ("context_
 
 def needs_a_look(row: triage.SampleLine) -> bool:
     """An unlabelled failure (triage.UNLABELLED_FAILURE, for a row already read)."""
-    failed = row.category is not None and (row.category != "ok" or row.note == "heldout")
+    failed = row.category is not None and (row.category != Category.OK or row.note == "heldout")
     return failed and not row.labelled
 
 
