@@ -11,25 +11,24 @@ local checkpoint, and re-measurement. docs/fixit.md walks through the loop.
     ptxbench fixit remeasure    base vs tuned on train and held-out tasks
 
 Exit status: 0 done; 1 the work failed (an endpoint that refuses, a checkpoint that does
-not load); 2 a usage mistake (a bad option, a missing file).
+not load); 2 a usage mistake (a bad option, a missing file, a store that will not open).
+The work itself is services/fixit.py, fixit_models.py and fixit_training.py.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 from collections import Counter
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 
+from ptxbench.cli.conventions import ExitCode, fail, register, reported
+from ptxbench.cli.fixit_train import COMMANDS as TRAINING
+
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Fixit: fix pairs, explanations, a fine-tuning set, LoRA training and re-measurement.")
-
-EXIT_FAILED = 1
-EXIT_USAGE = 2
 
 DbOpt = Annotated[Optional[Path], typer.Option("--db", help="store file (default: the user's store)")]
 TaskOpt = Annotated[Optional[list[str]], typer.Option("--task", help="only these tasks (repeatable)")]
@@ -42,31 +41,11 @@ def _console() -> Any:
     return Console(highlight=False)
 
 
-def _fail(message: str, code: int = EXIT_USAGE) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
+def _open(db: Path | None, command: str) -> Any:
+    from ptxbench.services.fixit import open_store
 
-
-def _open(db: Path | None) -> Any:
-    from ptxbench.db.seed import ensure_default_store
-    from ptxbench.db.store import StoreError, open_store
-
-    try:
-        return open_store(db) if db is not None else ensure_default_store()
-    except StoreError as exc:
-        _fail(str(exc), EXIT_FAILED)
-
-
-def _tasks(task: list[str] | None) -> list[str] | None:
-    if not task:
-        return None
-    from ptxbench.tasks.spec import task_ids
-
-    known = set(task_ids())
-    bad = [t for t in task if t not in known]
-    if bad:
-        _fail(f"unknown task {', '.join(bad)} (known: {', '.join(sorted(known))})")
-    return list(task)
+    with reported(f"fixit {command}"):
+        return open_store(db)
 
 
 def _table(title: str, rows: list[tuple[Any, ...]], headers: tuple[str, ...]) -> Any:
@@ -80,18 +59,8 @@ def _table(title: str, rows: list[tuple[Any, ...]], headers: tuple[str, ...]) ->
     return t
 
 
-def _api_key(env: str | None) -> str | None:
-    if env is None:
-        return None
-    value = os.environ.get(env)
-    if not value:
-        _fail(f"--api-key-env {env}: the variable is not set")
-    return value
-
-
 # -- pairs ------------------------------------------------------------------------------------------
 
-@app.command()
 def pairs(
     db: DbOpt = None,
     task: TaskOpt = None,
@@ -106,33 +75,13 @@ def pairs(
 
     The fix is a later turn, another sample of the same model, or the expert solution; a pair
     is stored (with a derived explanation) when its fix passes the train sizes."""
-    from ptxbench.db.fixit import load_samples, stored_pairs, store_pairs
-    from ptxbench.engine.fixit.explain import DERIVED_SOURCE, derived_explanation
-    from ptxbench.engine.fixit.pairing import AUTO_KINDS, propose_pairs
+    from ptxbench.services.fixit import find_pairs
 
-    kinds = tuple(kind) if kind else AUTO_KINDS
-    bad = [k for k in kinds if k not in AUTO_KINDS]
-    if bad:
-        _fail(f"--kind {', '.join(bad)}: pairing finds {', '.join(AUTO_KINDS)}")
-    store = _open(db)
-    tasks = _tasks(task)
-    samples = load_samples(store, task_ids=tasks, models=model)
-    existing = {p.key for p in stored_pairs(store, task_ids=tasks, include_code=False)}
-    found = propose_pairs(samples, existing=existing, kinds=kinds, allow_static=allow_static, marked_only=marked_only)
-    stored = []
-    if not dry_run and found.pairs:
-        for p in found.pairs:
-            if p.verification != "gpu":
-                p.source = f"{p.source} (static only)"
-        stored = store_pairs(store, [(p, derived_explanation(p), DERIVED_SOURCE) for p in found.pairs])
-    result = {
-        **found.summary(), "stored": len(stored), "dry_run": dry_run,
-        "pairs_found": [{"failed": p.failed.id, "fixed": p.fixed.id, "kind": p.kind, "category": p.category,
-                         "task": p.task_id, "verification": p.verification} for p in found.pairs],
-        "unverified_pairs": [{"failed": p.failed.id, "fixed": p.fixed.id, "kind": p.kind, "task": p.task_id,
-                              "why": "the fix passed the static stages only; run it on a GPU "
-                                     "(ptxbench eval) or pass --allow-static"} for p in found.unverified],
-    }
+    store = _open(db, "pairs")
+    with reported("fixit pairs"):
+        outcome = find_pairs(store, tasks=task, models=model, kinds=kind, allow_static=allow_static,
+                             marked_only=marked_only, dry_run=dry_run)
+    found, stored, result = outcome.found, outcome.stored, outcome.to_dict()
     if as_json:
         typer.echo(json.dumps(result))
         return
@@ -152,7 +101,6 @@ def pairs(
 
 # -- repair -----------------------------------------------------------------------------------------
 
-@app.command()
 def repair(
     model: Annotated[str, typer.Option("--model", help="the repairing model's name at the endpoint")],
     base_url: Annotated[str, typer.Option("--base-url", help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1")],
@@ -176,20 +124,18 @@ def repair(
 
     Up to --turns answers each, every answer judged by the engine; a repair that passes the
     train sizes becomes a fix pair."""
-    from ptxbench.cli.fixit_models import RepairConfig, Repairer
-    from ptxbench.db.fixit import load_samples, stored_pairs
-    from ptxbench.models.client import EndpointError
+    from ptxbench.services.catalogue import require_context
+    from ptxbench.services.fixit import repair_targets
+    from ptxbench.services.fixit_models import RepairConfig, api_key
+    from ptxbench.services.fixit_models import repair as run_repair
+    from ptxbench.services.runs import EndpointError
 
-    if context is not None and context not in ("none", "brief", "full"):
-        _fail("--context must be none, brief or full")
-    key = _api_key(api_key_env)
-    store = _open(db)
-    tasks = _tasks(task)
-    fixed = {p.failed.id for p in stored_pairs(store, task_ids=tasks, include_code=False)
-             if p.counts(allow_static=allow_static)}
-    targets = [s for s in load_samples(store, task_ids=tasks) if s.train_failure and s.model_kind != "expert"
-               and (include_fixed or s.id not in fixed) and not s.source.startswith("fixit repair of sample")]
-    targets = targets[:limit]
+    with reported("fixit repair"):
+        require_context(context)
+        key = api_key(api_key_env)
+    store = _open(db, "repair")
+    with reported("fixit repair"):
+        targets = repair_targets(store, tasks=task, allow_static=allow_static, include_fixed=include_fixed, limit=limit)
     if not targets:
         typer.echo("no failed samples to repair")
         return
@@ -198,9 +144,9 @@ def repair(
                        gpu=gpu, allow_static=allow_static, context=context)
     progress = (lambda e: typer.echo(json.dumps(e))) if as_json else None
     try:
-        report = asyncio.run(Repairer(store, cfg, progress).repair_all(targets))
+        report = run_repair(store, cfg, targets, progress)
     except EndpointError as exc:
-        _fail(str(exc), EXIT_FAILED)
+        raise fail("fixit repair", str(exc), ExitCode.TOOL) from None
     if as_json:
         typer.echo(json.dumps({"event": "done", **report.to_dict()}))
         return
@@ -213,7 +159,6 @@ def repair(
 
 # -- explain ----------------------------------------------------------------------------------------
 
-@app.command()
 def explain(
     db: DbOpt = None,
     task: TaskOpt = None,
@@ -232,24 +177,22 @@ def explain(
 
     A model writes from the pair and the engine's evidence; with no model configured the
     explanation is derived from the diff and the failure category."""
-    from ptxbench.cli.fixit_models import derive_missing, explain_pairs, has_model_explanation
-    from ptxbench.db.fixit import stored_pairs
-    from ptxbench.models.client import EndpointError
+    from ptxbench.services.fixit import counting_pairs
+    from ptxbench.services.fixit_models import api_key
+    from ptxbench.services.fixit_models import explain as run_explain
+    from ptxbench.services.runs import EndpointError
 
     if (model is None) != (base_url is None):
-        _fail("--model and --base-url go together (leave both out for derived explanations)")
-    store = _open(db)
-    pairs_ = [p for p in stored_pairs(store, task_ids=_tasks(task)) if p.counts(allow_static=allow_static)]
-    if model is None:
-        report = derive_missing(store, pairs_[:limit])
-    else:
-        todo = [p for p in pairs_ if redo or not has_model_explanation(store, p)][:limit]
+        raise fail("fixit explain", "--model and --base-url go together (leave both out for derived explanations)")
+    store = _open(db, "explain")
+    with reported("fixit explain"):
+        pairs_ = counting_pairs(store, tasks=task, allow_static=allow_static)
         try:
-            report = asyncio.run(explain_pairs(store, todo, model=model, base_url=base_url or "",
-                                               api_key=_api_key(api_key_env), temperature=temperature,
-                                               max_tokens=max_tokens, concurrency=concurrency))
+            report = run_explain(store, pairs_, limit=limit, redo=redo, model=model, base_url=base_url,
+                                 **({} if model is None else {"api_key": api_key(api_key_env), "temperature": temperature,
+                                                              "max_tokens": max_tokens, "concurrency": concurrency}))
         except EndpointError as exc:
-            _fail(str(exc), EXIT_FAILED)
+            raise fail("fixit explain", str(exc), ExitCode.TOOL) from None
     if as_json:
         typer.echo(json.dumps(report.to_dict()))
         return
@@ -262,7 +205,6 @@ def explain(
 
 # -- export -----------------------------------------------------------------------------------------
 
-@app.command()
 def export(
     out: Annotated[Path, typer.Argument(help="the JSONL file to write")],
     parquet: Annotated[Optional[Path], typer.Option("--parquet", help="also write this Parquet file")] = None,
@@ -285,45 +227,20 @@ def export(
 
     Verified pairs, deduplicated, capped, split into train, val and held-out; the diversity
     statistics are printed, kept in the store and written to OUT.stats.json."""
-    from ptxbench.cli.fixit_models import attach_feedback
-    from ptxbench.db.fixit import save_export_stats, stored_pairs
-    from ptxbench.engine.fixit.export import build_examples, write_jsonl, write_parquet
-    from ptxbench.engine.fixit.select import SelectConfig, select_pairs
-    from ptxbench.engine.fixit.stats import diversity_stats
+    from ptxbench.services.fixit import ExportRequest, export_set
 
-    if context is not None and context not in ("none", "brief", "full"):
-        _fail("--context must be none, brief or full")
-    if explanation not in ("preferred", "derived"):
-        _fail("--explanation must be preferred or derived")
-    if not out.parent.is_dir():
-        _fail(f"{out.parent} is not a folder")
-    _tasks(heldout_task)
-    store = _open(db)
-    try:
-        config = SelectConfig(cap_per_task=cap_per_task or None, cap_per_category=cap_per_category or None,
-                              val_fraction=val_fraction, heldout_tasks=tuple(heldout_task or ()),
-                              heldout_variants=tuple(heldout_variant or ()),
-                              heldout_size_failures=heldout_size_failures, dedup_threshold=dedup_threshold,
-                              allow_static=allow_static, seed=seed)
-    except ValueError as exc:
-        _fail(str(exc))
-    found = stored_pairs(store, task_ids=_tasks(task))
-    attach_feedback(store, [p.failed for p in found])
-    selection = select_pairs(found, config)
-    examples = build_examples(selection, context=context, explanation=explanation)
-    write_jsonl(out, examples)
-    if parquet is not None:
-        write_parquet(parquet, examples)
-    stats = diversity_stats(examples, selection)
-    stats["files"] = {"jsonl": str(out), "parquet": str(parquet) if parquet else None}
-    stats["explanation"] = explanation
-    stats["dropped_pairs"] = [{"failed": p.failed.id, "fixed": p.fixed.id, "reason": r} for p, r in selection.dropped]
-    out.with_name(out.name.removesuffix(".jsonl") + ".stats.json").write_text(json.dumps(stats, indent=2, default=str))
-    save_export_stats(store, {k: v for k, v in stats.items() if k != "dropped_pairs"}, str(out))
+    with reported("fixit export"):
+        request = ExportRequest(out=out, parquet=parquet, tasks=task, cap_per_task=cap_per_task,
+                                cap_per_category=cap_per_category, val_fraction=val_fraction,
+                                heldout_tasks=tuple(heldout_task or ()), heldout_variants=tuple(heldout_variant or ()),
+                                heldout_size_failures=heldout_size_failures, dedup_threshold=dedup_threshold,
+                                allow_static=allow_static, context=context, explanation=explanation, seed=seed)
+        store = _open(db, "export")
+        stats, considered = export_set(store, request)
     if as_json:
         typer.echo(json.dumps(stats, default=str))
         return
-    _print_stats(stats, len(found))
+    _print_stats(stats, considered)
 
 
 def _print_stats(stats: dict[str, Any], candidates: int) -> None:
@@ -343,12 +260,11 @@ def _print_stats(stats: dict[str, Any], candidates: int) -> None:
         con.print("dropped: " + ", ".join(f"{k} {v}" for k, v in sorted(stats["dropped"].items())))
 
 
-@app.command()
 def stats(db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """What the store holds for Fixit: pairs per category, task, arch, kind; the last export."""
-    from ptxbench.db.fixit import fixit_stats
+    from ptxbench.services.fixit import store_stats
 
-    result = fixit_stats(_open(db))
+    result = store_stats(_open(db, "stats"))
     if as_json:
         typer.echo(json.dumps(result, default=str))
         return
@@ -365,6 +281,6 @@ def stats(db: DbOpt = None, as_json: JsonOpt = False) -> None:
             f"{s} {last.get(s, {}).get('pairs', 0)}" for s in ("train", "val", "heldout")))
 
 
-from ptxbench.cli.fixit_train import register as _register_training  # noqa: E402
-
-_register_training(app)
+COMMANDS = (("pairs", pairs), ("repair", repair), ("explain", explain), ("export", export), ("stats", stats),
+            *TRAINING)
+register(app, COMMANDS)

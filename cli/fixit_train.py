@@ -1,6 +1,7 @@
 """`ptxbench fixit tiny | train | remeasure`: the training half of Fixit, on a local checkpoint.
 
-torch, transformers and peft are imported only inside these commands.
+The work is services/fixit_training.py; torch, transformers and peft are imported only inside
+these commands.
 """
 
 from __future__ import annotations
@@ -11,25 +12,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-
-
-def _fail(message: str, code: int = EXIT_USAGE) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
-
-
-def _read_set(path: Path) -> list[Any]:
-    from ptxbench.engine.fixit.export import read_jsonl
-
-    if not path.is_file():
-        _fail(f"{path}: no such file")
-    try:
-        return read_jsonl(path)
-    except ValueError as exc:
-        _fail(str(exc))
-    return []
+from ptxbench.cli.conventions import reported
 
 
 def tiny(
@@ -49,27 +32,13 @@ def tiny(
 
     A small Llama-style model from a config, with a BPE tokenizer trained here on the PTX
     corpus (the expert kernels, and the set's train split with --data)."""
-    from ptxbench.engine.fixit.tiny import TinyConfig, build_tiny_checkpoint, ptx_corpus
-    from ptxbench.engine.fixit.train import TrainingError, require_training_stack
+    from ptxbench.services.fixit_training import build_tiny
 
-    if hidden % heads:
-        _fail("--hidden must be a multiple of --heads")
-    try:
-        require_training_stack()
-    except TrainingError as exc:
-        _fail(str(exc), EXIT_FAILED)
-    # Only the train split, and no held-out task's expert kernel: what the base model learns from
-    # must not include what it is later measured on.
-    examples = _read_set(data) if data is not None else []
-    extra = [m["content"] for e in examples if e.split == "train" for m in e.messages[2:]]
-    excluded = set(exclude_task or ()) | set(task_splits_of(examples)["heldout"])
-    config = TinyConfig(vocab_size=vocab, hidden=hidden, layers=layers, heads=heads, seed=seed,
-                        pretrain_steps=pretrain_steps, pretrain_seq=pretrain_seq)
-    try:
-        info = build_tiny_checkpoint(out, ptx_corpus(extra, exclude_tasks=excluded), config, device=device)
-    except TrainingError as exc:
-        _fail(str(exc), EXIT_FAILED)
-    typer.echo(json.dumps({"checkpoint": str(out), "corpus_excludes": sorted(excluded), **info}))
+    with reported("fixit tiny"):
+        info = build_tiny(out, data=data, exclude_tasks=exclude_task, device=device, vocab_size=vocab, hidden=hidden,
+                          layers=layers, heads=heads, seed=seed, pretrain_steps=pretrain_steps,
+                          pretrain_seq=pretrain_seq)
+    typer.echo(json.dumps(info))
 
 
 def train(
@@ -92,29 +61,16 @@ def train(
 
     Learns the set's train split (its val split is scored before and after); the adapter, the
     tokenizer and fixit_train_report.json go to --out."""
-    from ptxbench.engine.fixit.train import TrainConfig, TrainingError, train_lora
+    from ptxbench.services.fixit_training import train as run_train
 
-    examples = _read_set(data)
     modules: Any = target_modules if target_modules == "all-linear" else tuple(
         m.strip() for m in target_modules.split(",") if m.strip())
-    config = TrainConfig(steps=steps, lr=lr, batch_size=batch_size, max_len=max_len, lora_r=lora_r,
-                         lora_alpha=lora_alpha, lora_dropout=lora_dropout, target_modules=modules, seed=seed,
-                         device=device)
     log = None if quiet else (lambda step, loss: typer.echo(f"step {step}: loss {loss:.4f}", err=True))
-    try:
-        report = train_lora(examples, model_dir, out, config, log=log)
-    except TrainingError as exc:
-        _fail(str(exc), EXIT_FAILED)
-    summary = {k: v for k, v in report.to_dict().items() if k != "losses"}
+    with reported("fixit train"):
+        summary = run_train(data, model_dir, out, log=log, steps=steps, lr=lr, batch_size=batch_size, max_len=max_len,
+                            lora_r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout, target_modules=modules,
+                            seed=seed, device=device)
     typer.echo(json.dumps(summary))
-
-
-def task_splits_of(examples: list[Any]) -> dict[str, list[str]]:
-    """Train tasks and held-out tasks as the set split them (a task held out by size stays a train task)."""
-    train = sorted({e.meta["task_id"] for e in examples if e.split in ("train", "val")})
-    held = sorted({e.meta["task_id"] for e in examples if e.split == "heldout"
-                   and not str(e.meta.get("heldout_reason") or "").startswith("fails only")} - set(train))
-    return {"train": train, "heldout": held}
 
 
 def remeasure(
@@ -138,36 +94,18 @@ def remeasure(
 
     Both generate for the task prompts and the set's own repair conversations; the static
     engine judges every reply."""
-    from ptxbench.engine.fixit.remeasure import RemeasureConfig, remeasure as run_remeasure, report_markdown
-    from ptxbench.engine.fixit.train import TrainingError
-    from ptxbench.tasks.spec import task_ids
+    from ptxbench.services.fixit_training import remeasure as run_remeasure
 
-    examples = _read_set(data)
-    splits = task_splits_of(examples)
-    if train_task:
-        splits["train"] = list(train_task)
-    if heldout_task:
-        splits["heldout"] = list(heldout_task)
-    unknown = sorted(set(splits["train"] + splits["heldout"]) - set(task_ids()))
-    if unknown:
-        _fail(f"unknown task {', '.join(unknown)}")
-    if context not in ("none", "brief", "full"):
-        _fail("--context must be none, brief or full")
-    config = RemeasureConfig(samples_per_task=samples, max_new_tokens=max_new_tokens, temperature=temperature,
-                             max_prompt_tokens=max_prompt_tokens, repair_examples=repair_examples, context=context,
-                             seed=seed, device=device, loss_max_len=max_prompt_tokens or 1024)
-    try:
-        report = run_remeasure(str(model_dir), str(adapter), task_splits=splits, examples=examples, config=config)
-    except TrainingError as exc:
-        _fail(str(exc), EXIT_FAILED)
+    with reported("fixit remeasure"):
+        report, table = run_remeasure(
+            data, model_dir, adapter, train_tasks=train_task, heldout_tasks=heldout_task, samples_per_task=samples,
+            max_new_tokens=max_new_tokens, temperature=temperature, max_prompt_tokens=max_prompt_tokens,
+            repair_examples=repair_examples, context=context, seed=seed, device=device,
+            loss_max_len=max_prompt_tokens or 1024)
     out.write_text(json.dumps(report, indent=2, default=str))
-    table = report_markdown(report)
     if markdown is not None:
         markdown.write_text(table)
     typer.echo(table)
 
 
-def register(app: typer.Typer) -> None:
-    app.command("tiny")(tiny)
-    app.command("train")(train)
-    app.command("remeasure")(remeasure)
+COMMANDS = (("tiny", tiny), ("train", train), ("remeasure", remeasure))

@@ -1,11 +1,11 @@
 """`ptxbench import FILE`: store model output generated elsewhere (JSONL, docs/models.md) and judge it.
 
-A file with a bad line is refused as a whole, every problem listed with its
-line number; nothing is written. Importing the same file again skips what is
-stored and judges what is still unjudged.
+A file with a bad line is refused as a whole, every problem listed with its line number;
+nothing is written. Importing the same file again skips what is stored and judges what is
+still unjudged (services/runs.py).
 
-Exit status: 0 when the file was imported (whatever the verdicts); 2 for a bad
-file or usage; 1 when the tool failed on a sample (the samples stay, unjudged;
+Exit status: 0 when the file was imported (whatever the verdicts); 2 for a bad file, a store
+that will not open, or usage; 1 when the tool failed on a sample (the samples stay, unjudged;
 import again to retry).
 """
 
@@ -14,12 +14,11 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
-EXIT_TOOL = 1
-EXIT_USAGE = 2
+from ptxbench.cli.conventions import ExitCode, fail, reported
 
 
 def import_command(
@@ -32,28 +31,15 @@ def import_command(
     """Import responses or candidates from a JSONL file, then judge them."""
     from rich.console import Console
 
-    from ptxbench.cli.run import _gpu
-    from ptxbench.db.seed import ensure_default_store
-    from ptxbench.db.store import StoreError
-    from ptxbench.models.importer import ImportFileError, import_file
+    from ptxbench.services.runs import ImportFileError, import_responses
 
     err = Console(stderr=True, highlight=False)
-    if gpu not in ("auto", "on", "off"):
-        raise typer.BadParameter("use auto, on or off", param_hint="--gpu")
-    if not file.is_file():
-        err.print(f"ptxbench import: error: {file}: no such file", style="red", markup=False, soft_wrap=True)
-        raise typer.Exit(EXIT_USAGE)
-    use_gpu = _gpu(gpu) if judge else False
-    try:
-        db = ensure_default_store(db_path)
-        report = import_file(db, file, judge=judge, gpu=use_gpu,
-                             progress=None if as_json else _printer(err))
-    except ImportFileError as exc:
-        err.print(f"ptxbench import: {exc}", style="red", markup=False, soft_wrap=True)
-        raise typer.Exit(EXIT_USAGE) from None
-    except StoreError as exc:
-        err.print(f"ptxbench import: store error: {exc}", style="red", markup=False, soft_wrap=True)
-        raise typer.Exit(EXIT_USAGE) from None
+    with reported("import"):
+        try:
+            report = import_responses(file, db_path=db_path, judge=judge, gpu=gpu,
+                                      progress=None if as_json else _printer(err))
+        except ImportFileError as exc:
+            raise fail("import", str(exc)) from None
     if as_json:
         sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
     else:
@@ -63,11 +49,11 @@ def import_command(
         for category, n in sorted(report.categories.items(), key=lambda kv: (-kv[1], kv[0])):
             out.print(f"  {category}: {n}", markup=False, soft_wrap=True)
     if report.judge_failures:
-        raise typer.Exit(EXIT_TOOL)
+        raise typer.Exit(ExitCode.TOOL)
 
 
-def _printer(console):  # type: ignore[no-untyped-def]
-    def show(event: dict) -> None:  # type: ignore[type-arg]
+def _printer(console: Any) -> Any:
+    def show(event: dict[str, Any]) -> None:
         if event.get("event") == "judged":
             console.print(f"  sample {event['sample_id']} ({event['task']}): {event['category']}", markup=False, soft_wrap=True)
         elif event.get("event") == "failure":

@@ -1,13 +1,16 @@
 """The `ptxbench` command line.
 
-Each command lives in its own module of this package and is registered
-below with one line; heavy imports stay inside the commands so that
-`ptxbench --help` is instant.
+Each command lives in its own module of this package as a plain function and is registered
+below in one table (cli/conventions.py `register`); heavy imports stay inside the commands so
+that `ptxbench --help` is instant. Commands parse their options, call the service layer
+(`ptxbench.services`) and render what it returns.
 """
 
 import typer
 
+from ptxbench.cli import fixit
 from ptxbench.cli.check import check_command
+from ptxbench.cli.conventions import register
 from ptxbench.cli.eval import eval_command
 from ptxbench.cli.import_ import import_command
 from ptxbench.cli.report import report_command
@@ -17,21 +20,32 @@ from ptxbench.cli.tasks import tasks_command
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="PTXBench: judge model-written PTX kernels.")
 
 
-@app.command()
-def version() -> None:
+def version_command() -> None:
     """Print the engine version."""
     from ptxbench.engine import ENGINE_VERSION
 
     typer.echo(ENGINE_VERSION)
 
 
-app.command("tasks")(tasks_command)
-app.command("check")(check_command)
-app.command("run")(run_command)
-app.command("import")(import_command)
-app.command("report")(report_command)
-app.command("eval")(eval_command)
-app.add_typer(__import__("ptxbench.cli.fixit", fromlist=["app"]).app, name="fixit")
+def tui_command(ctx: typer.Context) -> None:
+    """Open the explorer (the same as `ptxbench-tui`; its options follow: --db, --theme, --serve … --help)."""
+    from ptxbench.tui.app import main
+
+    main(list(ctx.args), prog="ptxbench tui")
+
+
+COMMANDS = (
+    ("version", version_command),
+    ("tasks", tasks_command),
+    ("check", check_command),
+    ("run", run_command),
+    ("import", import_command),
+    ("report", report_command),
+    ("eval", eval_command),
+    ("tui", tui_command),
+)
+register(app, COMMANDS, pass_through=("tui",))
+app.add_typer(fixit.app, name="fixit")
 
 
 if __name__ == "__main__":

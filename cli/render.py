@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, Group
 from rich.panel import Panel
@@ -10,7 +10,9 @@ from rich.table import Table
 from rich.text import Text
 
 from ptxbench.engine.categories import DESCRIPTIONS, OK, SKIPPED_PREFIX
-from ptxbench.engine.static import StaticVerdict
+
+if TYPE_CHECKING:
+    from ptxbench.engine.static import StaticVerdict
 
 
 def _mark(value: bool | None) -> Text:
@@ -174,3 +176,31 @@ def render_tasks(console: Console, rows: list[dict[str, Any]]) -> None:
     for r in rows:
         table.add_row(r["id"], r["arch"], ", ".join(r["families"]) or "—", r["expert"] or Text("—", style="dim"))
     console.print(table)
+
+
+def render_judgement(console: Any, j: Any) -> None:
+    table = Table(title=f"GPU: {j.device.name if j.device else '?'} — {j.category}", title_justify="left")
+    for col in ("split", "sizes", "category", "error", "ms", "library ms", "speedup", "TFLOP/s", "of SOL"):
+        table.add_column(col)
+
+    def num(x: Any, fmt: str) -> str:
+        return format(x, fmt) if isinstance(x, (int, float)) else "—"
+
+    for m in j.measurements:
+        sizes = " ".join(f"{k}={v}" for k, v in m.sizes.items())
+        table.add_row(m.split, sizes, m.category, num(m.max_rel_err, ".2e"), num(m.time_ms, ".4f"),
+                      num(m.baseline_ms, ".4f"), num(m.speedup, ".3f"), num(m.tflops, ".1f"),
+                      num(m.sol_fraction, ".0%"))
+    console.print(table)
+    sol = j.evidence.get("speed_of_light")
+    if sol:
+        console.print(f"speed of light here: {sol['time_ms']:.4g} ms ({sol['peaks']}); the library reaches "
+                      f"{format(sol['baseline_fraction'], '.0%') if sol.get('baseline_fraction') else '—'} of it",
+                      markup=False, highlight=False, soft_wrap=True)
+    if j.evidence.get("baseline_missing"):
+        console.print(f"speed not judged: {j.evidence['baseline_missing']}", markup=False, highlight=False)
+    for m in j.measurements:
+        if m.message:
+            console.print(f"{m.split} {m.sizes}: {m.message}", markup=False, highlight=False, soft_wrap=True)
+    if j.baseline:
+        console.print(f"library: {j.baseline}", markup=False, highlight=False)

@@ -19,7 +19,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-EXIT_USAGE = 2
+from ptxbench.cli.conventions import fail, reported
+
 RATE_COLUMNS = (
     ("compile_rate", "compile"),
     ("correct_rate", "correct"),
@@ -59,36 +60,20 @@ def report_command(
     """Rates, fast_p, speedups and pass@k per task, model, context level, split and turn budget."""
     from rich.console import Console
 
-    from ptxbench.db.metrics import GROUP_KEYS, compute_metrics
-    from ptxbench.db.store import StoreError, default_store_path, open_store
-
-    err = Console(stderr=True, highlight=False)
-
-    def fail(message: str) -> typer.Exit:
-        err.print(f"ptxbench report: error: {message}", style="red", markup=False, soft_wrap=True)
-        return typer.Exit(EXIT_USAGE)
+    from ptxbench.services.metrics import metrics
 
     group_by = _split_list(by) or []
-    unknown = [g for g in group_by if g not in GROUP_KEYS]
-    if unknown:
-        raise fail(f"--by: cannot group by {', '.join(unknown)} (choose from {', '.join(GROUP_KEYS)})")
     try:
         budgets = [int(b) for b in _split_list(turn_budgets) or []]
         run_ids = [int(r) for r in _split_list(run)] if run else None
     except ValueError:
-        raise fail("--turn-budgets and --run take integers") from None
+        raise fail("report", "--turn-budgets and --run take integers") from None
     if not budgets or min(budgets) < 1:
-        raise fail("--turn-budgets: give budgets of 1 or more")
-    path = db_path if db_path is not None else default_store_path()
-    if not Path(path).exists():
-        raise fail(f"no store at {path} (run `ptxbench run` or `ptxbench import` first)")
-    try:
-        db = open_store(path, readonly=True)
-        rows = compute_metrics(db, group_by=group_by, split=split, turn_budgets=budgets, tasks=_split_list(task),
-                               models=_split_list(model), archs=_split_list(arch), contexts=_split_list(context),
-                               run_ids=run_ids, include_reference=include_reference)
-    except (StoreError, ValueError) as exc:
-        raise fail(str(exc)) from None
+        raise fail("report", "--turn-budgets: give budgets of 1 or more")
+    with reported("report"):
+        rows = metrics(db_path, group_by=group_by, split=split, turn_budgets=budgets, tasks=_split_list(task),
+                       models=_split_list(model), archs=_split_list(arch), contexts=_split_list(context),
+                       run_ids=run_ids, include_reference=include_reference)
     flat = [r.as_dict() for r in rows]
     if json_out is not None:
         _write(json_out, json.dumps(flat, indent=2, default=str) + "\n")

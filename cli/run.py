@@ -12,51 +12,13 @@ mistake; 1 when the tool itself failed.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 
-EXIT_TOOL = 1
-EXIT_USAGE = 2
-EXIT_UNFINISHED = 3
-EXIT_REFUSED = 4
-
-
-def _tasks(spec: str, arch: str | None) -> list[str]:
-    from ptxbench.tasks.spec import all_tasks, task_ids
-
-    known = task_ids()
-    if spec.strip() == "all":
-        chosen = [t.id for t in all_tasks() if arch is None or t.arch == arch]
-    else:
-        chosen = [t.strip() for t in spec.split(",") if t.strip()]
-        unknown = [t for t in chosen if t not in known]
-        if unknown:
-            raise typer.BadParameter(f"unknown task(s): {', '.join(unknown)} (known: {', '.join(known)})",
-                                     param_hint="--tasks")
-        if arch is not None:
-            from ptxbench.tasks.spec import get_task
-
-            wrong = [t for t in chosen if get_task(t).arch != arch]
-            if wrong:
-                raise typer.BadParameter(f"not {arch} tasks: {', '.join(wrong)}", param_hint="--tasks")
-    if not chosen:
-        raise typer.BadParameter(f"no tasks for {arch}", param_hint="--arch")
-    return list(dict.fromkeys(chosen))
-
-
-def _gpu(mode: str) -> bool:
-    if mode == "off":
-        return False
-    from ptxbench.cli.check import gpu_archs
-
-    present = bool(gpu_archs())
-    if mode == "on" and not present:
-        raise typer.BadParameter("no NVIDIA GPU found (nvidia-smi)", param_hint="--gpu")
-    return present
+from ptxbench.cli.conventions import ExitCode, fail, reported, say_error
 
 
 def run_command(
@@ -82,55 +44,35 @@ def run_command(
     """Ask a model for kernels, judge each answer, feed the verdict back for up to --turns turns."""
     from rich.console import Console
 
+    from ptxbench.db.store import StoreError
+    from ptxbench.services import runs
+
     err = Console(stderr=True, highlight=False)
     out = Console(highlight=False)
-    levels = [c.strip() for c in context.split(",") if c.strip()]
-    if not levels or any(c not in ("none", "brief", "full") for c in levels):
-        raise typer.BadParameter(f"{context!r}: use none, brief, full (comma-separated)", param_hint="--context")
-    if gpu not in ("auto", "on", "off"):
-        raise typer.BadParameter("use auto, on or off", param_hint="--gpu")
-    if api_key_env and api_key_env not in os.environ:
-        raise typer.BadParameter(f"the environment variable {api_key_env} is not set", param_hint="--api-key-env")
-    if run_name and len(levels) > 1:
-        raise typer.BadParameter("one --run-name cannot name several runs; give one context", param_hint="--run-name")
-    task_list = _tasks(tasks, arch)
-    use_gpu = _gpu(gpu)
-
-    from ptxbench.db.seed import ensure_default_store
-    from ptxbench.db.store import StoreError
-    from ptxbench.models.client import EndpointError
-    from ptxbench.models.generate import RunConfig, RunMismatch, run_model
-
-    try:
-        db = ensure_default_store(db_path)
-    except StoreError as exc:
-        err.print(f"ptxbench run: error: {exc}", style="red", markup=False, soft_wrap=True)
-        raise typer.Exit(EXIT_USAGE) from None
-    status = 0
-    for level in levels:
-        config = RunConfig(model=model, base_url=base_url, tasks=tuple(task_list), context=level, samples=samples,
-                           turns=turns, temperature=temperature, max_tokens=max_tokens, concurrency=concurrency,
-                           timeout_s=timeout, retries=retries, backoff_s=backoff, api_key_env=api_key_env,
-                           run_name=run_name, gpu=use_gpu)
+    with reported("run"):
+        configs = runs.run_configs(
+            model=model, base_url=base_url, tasks=tasks, arch=arch, context=context, gpu=gpu, api_key_env=api_key_env,
+            run_name=run_name, samples=samples, turns=turns, temperature=temperature, max_tokens=max_tokens,
+            concurrency=concurrency, timeout_s=timeout, retries=retries, backoff_s=backoff)
+        db = runs.open_store(db_path)
+    status = ExitCode.OK
+    for config in configs:
         show = _json_event if as_json else _printer(err)
         try:
-            report = run_model(db, config, progress=show)
-        except RunMismatch as exc:
-            err.print(f"ptxbench run: error: {exc}", style="red", markup=False, soft_wrap=True)
-            raise typer.Exit(EXIT_USAGE) from None
-        except EndpointError as exc:
-            err.print(f"ptxbench run: the endpoint refused the run: {exc}", style="red", markup=False, soft_wrap=True)
-            raise typer.Exit(EXIT_REFUSED) from None
+            report = runs.run(db, config, progress=show)
+        except runs.RunMismatch as exc:
+            raise fail("run", str(exc)) from None
+        except runs.EndpointError as exc:
+            raise fail("run", f"the endpoint refused the run: {exc}", ExitCode.REFUSED) from None
         except StoreError as exc:
-            err.print(f"ptxbench run: store error: {exc}", style="red", markup=False, soft_wrap=True)
-            raise typer.Exit(EXIT_TOOL) from None
+            raise fail("run", f"store error: {exc}", ExitCode.TOOL) from None
         if not as_json:
-            _summary(out, report, level)
+            _summary(out, report, config.context)
         if report.aborted:
-            err.print(f"ptxbench run: the endpoint refused the run: {report.aborted}", style="red", markup=False, soft_wrap=True)
-            status = max(status, EXIT_REFUSED)
+            say_error("run", f"the endpoint refused the run: {report.aborted}")
+            status = max(status, ExitCode.REFUSED)
         elif not report.finished:
-            status = max(status, EXIT_UNFINISHED)
+            status = max(status, ExitCode.UNFINISHED)
     if status:
         raise typer.Exit(status)
 
@@ -141,6 +83,8 @@ def _json_event(event: dict[str, Any]) -> None:
 
 
 def _printer(console: Any) -> Any:
+    from ptxbench.engine.categories import Category
+
     def show(event: dict[str, Any]) -> None:
         kind = event.get("event")
         if kind == "start":
@@ -148,7 +92,7 @@ def _printer(console: Any) -> Any:
             console.print(f"{verb} run {event['run_id']}: {event['run_name']} ({event['trajectories']} trajectories)",
                           markup=False, soft_wrap=True)
         elif kind == "turn":
-            style = "green" if event["category"] == "ok" else "red"
+            style = "green" if event["category"] == Category.OK else "red"
             console.print(f"  {event['task']} #{event['index']} turn {event['turn']}: ", end="", markup=False, soft_wrap=True)
             console.print(event["category"], style=style, markup=False, end="")
             console.print(f"  (sample {event['sample_id']}, {event['status']})", style="dim", markup=False, soft_wrap=True)

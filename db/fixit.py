@@ -3,7 +3,7 @@ explanations, and the statistics the explorer shows.
 
 Every function takes a `sqlite_utils.Database` or a plain `sqlite3.Connection`
 (the explorer's read-only, per-thread connections), and returns the records of
-`ptxbench.engine.fixit` or small row dataclasses. A sample speaks through the
+`ptxbench.fixit` or small row dataclasses. A sample speaks through the
 evaluation db/verdict.py picks (a static-only re-check never hides its GPU
 verdict); a person's label is read beside it.
 
@@ -29,9 +29,9 @@ from ptxbench.db import verdict
 from ptxbench.db.records import Fix
 from ptxbench.db.store import get_meta, set_meta, write_transaction
 from ptxbench.db.writes import add_fix
-from ptxbench.engine.fixit.pairing import kind_of
-from ptxbench.engine.fixit.records import GPU_VERIFIED, FixitSample, Pair, SizeResult
-from ptxbench.engine.fixit.select import explanation_rank
+from ptxbench.fixit.pairing import kind_of
+from ptxbench.fixit.records import GPU_VERIFIED, FixitSample, Pair, SizeResult
+from ptxbench.fixit.select import explanation_rank
 
 EXPORT_META_KEY = "fixit_last_export"
 _CHUNK = 500
@@ -351,7 +351,7 @@ _LINES = "(LENGTH({c}) - LENGTH(REPLACE({c}, char(10), '')) + ({c} != '' AND sub
 def fixit_lengths(db: Store) -> dict[str, Any]:
     """How long the stored pairs are: lines of the failed and of the fixed code (each pair
     once) and characters of the explanations (every explanation row)."""
-    from ptxbench.engine.fixit.stats import distribution
+    from ptxbench.fixit.stats import distribution
 
     conn = _conn(db)
     code_rows = conn.execute(

@@ -29,12 +29,13 @@ from typing import Any
 import sqlite_utils
 
 from ptxbench.db.generation import find_run, update_run_params
+from ptxbench.db.judgement import add_judgement, evaluation_records
 from ptxbench.db.queries import find_sample, latest_evaluation, measurements_for
 from ptxbench.db.records import Evaluation, Run, Sample
 from ptxbench.db.store import write_transaction
 from ptxbench.db.writes import CONTEXT_LEVELS, add_evaluation, add_sample, create_run, finish_run, get_or_create_model
 from ptxbench.models.client import ChatClient, ChatResult, ClientConfig, EndpointError
-from ptxbench.models.judging import JudgeFailed, evaluation_records, fill_candidate, judge_sample, store_judgement
+from ptxbench.models.judging import JudgeFailed, fill_candidate, judge_sample
 from ptxbench.models.refine import assistant_text, conversation, feedback_message, is_final
 from ptxbench.tasks.prompts import PROMPT_VERSION, Prompt, build_prompt
 from ptxbench.tasks.spec import TaskSpec, get_task
@@ -282,7 +283,7 @@ class ModelRun:
         async with self._judge_slots:
             result = await asyncio.to_thread(judge_sample, extracted, spec, gpu=self.config.gpu)
         extra = {"response": meta} if meta else None
-        evaluation = store_judgement(self.db, result, sample.id, EVALUATION_SOURCE, extra)  # type: ignore[arg-type]
+        evaluation = add_judgement(self.db, result, sample.id, EVALUATION_SOURCE, extra)  # type: ignore[arg-type]
         self.report.judged += 1
         return evaluation
 

@@ -23,11 +23,12 @@ from typing import Any
 import sqlite_utils
 
 from ptxbench.db.generation import find_run
+from ptxbench.db.judgement import add_judgement
 from ptxbench.db.queries import find_sample, latest_evaluation
 from ptxbench.db.records import Run, Sample
 from ptxbench.db.store import write_transaction
 from ptxbench.db.writes import CONTEXT_LEVELS, LANGUAGES, add_sample, create_run, get_or_create_model
-from ptxbench.models.judging import JudgeFailed, fill_candidate, judge_sample, store_judgement
+from ptxbench.models.judging import JudgeFailed, fill_candidate, judge_sample
 from ptxbench.tasks.spec import get_task, task_ids
 
 MAX_LINE_BYTES = 8 << 20
@@ -267,7 +268,7 @@ def import_file(db: sqlite_utils.Database, path: str | Path, *, judge: bool = Tr
             report.judge_failures.append(f"sample {sample.id}: {exc}")
             note({"event": "failure", "sample_id": sample.id, "message": str(exc)})
             continue
-        evaluation = store_judgement(db, result, sample.id, EVALUATION_SOURCE)  # type: ignore[arg-type]
+        evaluation = add_judgement(db, result, sample.id, EVALUATION_SOURCE)  # type: ignore[arg-type]
         report.judged += 1
         report.categories[evaluation.category] = report.categories.get(evaluation.category, 0) + 1
         note({"event": "judged", "sample_id": sample.id, "task": sample.task_id, "category": evaluation.category})

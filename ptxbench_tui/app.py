@@ -78,7 +78,8 @@ def make_app(
     """The app over an existing store; tests hand in a small store and an engine command.
     `reader` (made from `db_path` when not given) is the app's only way into the store."""
     from ptxbench.tui.application import PtxbenchApp
-    from ptxbench.tui.config import Config, default_engine_cmd
+    from ptxbench.services.batch_process import default_engine_cmd
+    from ptxbench.tui.config import Config
 
     return PtxbenchApp(
         Config(
@@ -115,8 +116,8 @@ def prepare_store(db: str | None) -> Path:
     return path.resolve()
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="ptxbench-tui", description="Explore a PTXBench store.")
+def parse_args(argv: list[str] | None = None, prog: str = "ptxbench-tui") -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=prog, description="Explore a PTXBench store.")
     parser.add_argument("--db", metavar="PATH", help="the store to open (default: the default store, created and seeded on first start)")
     parser.add_argument("--theme", metavar="NAME", default=DEFAULT_THEME, help="ptxbench, ptxbench-light or any Textual theme")
     parser.add_argument("--engine", metavar="CMD", help="the engine command for Live (default: ptxbench eval)")
@@ -130,7 +131,8 @@ def serve(args: argparse.Namespace, path: Path) -> int:
     try:
         from textual_serve.server import Server
     except ImportError:
-        print("ptxbench-tui: --serve needs textual-serve (pip install 'ptxbench[serve]')", file=sys.stderr)
+        print("ptxbench-tui: --serve needs textual-serve, one of ptxbench's own dependencies: "
+              "reinstall ptxbench (pip install ptxbench) in this environment", file=sys.stderr)
         return EXIT_STORE
     command = [sys.executable, "-m", "ptxbench.tui.app", "--db", str(path), "--theme", args.theme]
     if args.engine:
@@ -162,23 +164,24 @@ def no_terminal() -> str | None:
     return None
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
+def main(argv: list[str] | None = None, prog: str = "ptxbench-tui") -> None:
+    """`ptxbench-tui` and `ptxbench tui`: `prog` names the command in its messages."""
+    args = parse_args(argv, prog)
     try:
         path = prepare_store(args.db)
     except StoreError as exc:
-        print(f"ptxbench-tui: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         sys.exit(EXIT_STORE)
     why = None if args.serve else no_terminal()
     if why:
-        print(f"ptxbench-tui: {why}", file=sys.stderr)
+        print(f"{prog}: error: {why}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
     if args.serve:
         sys.exit(serve(args, path))
     app = create_app(args, path)
     app.run()
     for item in app.unsaved:  # the person chose to quit without them: the text is not lost
-        print(f"ptxbench-tui: label not saved, {item.describe()}", file=sys.stderr)
+        print(f"{prog}: label not saved, {item.describe()}", file=sys.stderr)
     sys.exit(app.return_code or 0)
 
 

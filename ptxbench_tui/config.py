@@ -3,24 +3,15 @@
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ptxbench.services.batch_process import default_engine_cmd
 from ptxbench.themes.ptxbench import DEFAULT_THEME
 
 KEYMAP_ENV = "PTXBENCH_KEYMAP"
-
-
-def default_engine_cmd() -> list[str]:
-    """`ptxbench eval`, from the same environment as this explorer."""
-    beside = Path(sys.executable).with_name("ptxbench")
-    if beside.exists():
-        return [str(beside), "eval"]
-    found = shutil.which("ptxbench")
-    return [found or "ptxbench", "eval"]
 
 
 def keymap_path() -> Path:

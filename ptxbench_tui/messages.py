@@ -13,6 +13,7 @@ from textual.message import Message
 
 from ptxbench.db import browse
 from ptxbench.db import browse_summary as summary
+from ptxbench.services import progress
 
 
 # -- store data ---------------------------------------------------------------------
@@ -149,13 +150,13 @@ class Reverify(Message):
 
 @dataclass
 class EngineEvent(Message):
-    """One line of `ptxbench eval --json-progress` (docs/eval-progress.md)."""
+    """One line of `ptxbench eval --json-progress` (docs/eval-progress.md), typed."""
 
-    event: dict[str, Any]
+    event: progress.Event
 
     @property
     def kind(self) -> str:
-        return str(self.event.get("event", ""))
+        return self.event.kind
 
 
 @dataclass

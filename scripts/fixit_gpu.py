@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         report["error"] = f"{type(exc).__name__}: {exc}"
     save()
     if args.markdown and report.get("remeasure"):
-        from ptxbench.engine.fixit.remeasure import report_markdown
+        from ptxbench.fixit.remeasure import report_markdown
 
         Path(args.markdown).write_text(markdown(report, report_markdown(report["remeasure"])))
     print(json.dumps({k: report[k] for k in ("ok", "seconds") if k in report}))
@@ -140,14 +140,14 @@ def main(argv: list[str] | None = None) -> int:
 def run(args: argparse.Namespace, p: dict[str, Any], work: Path, report: dict[str, Any], phase: Any, left: Any) -> None:
     from ptxbench.db.fixit import load_samples, save_export_stats, store_pairs, stored_pairs
     from ptxbench.db.seed import ensure_default_store
-    from ptxbench.engine.fixit.explain import DERIVED_SOURCE, derived_explanation
-    from ptxbench.engine.fixit.export import build_examples, write_jsonl
-    from ptxbench.engine.fixit.pairing import propose_pairs
-    from ptxbench.engine.fixit.remeasure import RemeasureConfig, remeasure
-    from ptxbench.engine.fixit.select import SelectConfig, leaks, select_pairs
-    from ptxbench.engine.fixit.stats import diversity_stats
-    from ptxbench.engine.fixit.tiny import TinyConfig, build_tiny_checkpoint, ptx_corpus
-    from ptxbench.engine.fixit.train import TrainConfig, train_lora
+    from ptxbench.fixit.explain import DERIVED_SOURCE, derived_explanation
+    from ptxbench.fixit.export import build_examples, write_jsonl
+    from ptxbench.fixit.pairing import propose_pairs
+    from ptxbench.fixit.remeasure import RemeasureConfig, remeasure
+    from ptxbench.fixit.select import SelectConfig, leaks, select_pairs
+    from ptxbench.fixit.stats import diversity_stats
+    from ptxbench.fixit.tiny import TinyConfig, build_tiny_checkpoint, ptx_corpus
+    from ptxbench.fixit.train import TrainConfig, train_lora
     from ptxbench.tasks.spec import task_ids
 
     with phase("store") as d:

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ptxbench.cli.eval import records_of
+from ptxbench.db.judgement import evaluation_records
 from ptxbench.db.records import to_row
 from ptxbench.engine.candidate import Candidate
 from ptxbench.engine.extract import load_candidate_file
@@ -43,7 +43,8 @@ HEAVY = ("ptx", "sass")
 
 
 def evaluation_entry(sample_key: str, judgement: Any, source: str, stamp: str, keep_text: bool) -> dict[str, Any]:
-    evaluation, measurements = records_of(0, judgement, source)
+    judged = evaluation_records(judgement, 0, source)
+    evaluation, measurements = judged.evaluation, judged.measurements
     row = to_row(evaluation)
     for name in ("id", "sample_id"):
         row.pop(name, None)

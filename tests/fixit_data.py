@@ -155,7 +155,7 @@ def find(db, run_id: int, task_id: str, index: int, turn: int) -> int:
 
 # -- records without a store (selection and export work on these) ---------------------------------
 
-from ptxbench.engine.fixit.records import FixitSample, Pair, SizeResult  # noqa: E402
+from ptxbench.fixit.records import FixitSample, Pair, SizeResult  # noqa: E402
 
 
 def rec(sid: int, task_id: str, code: str, *, category: str = "wrong_result", model: str | None = "m",

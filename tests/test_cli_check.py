@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from ptxbench.cli.check import gpu_archs
+from ptxbench.services.hardware import gpu_archs
 from ptxbench.cli.main import app
 from ptxbench.tasks.spec import all_tasks
 

@@ -56,7 +56,7 @@ def test_defines_reach_the_compiler_and_are_stored(cache):
 
 
 def test_the_commands_go_into_the_stored_evaluation(cache):
-    from ptxbench.models.judging import evaluation_records
+    from ptxbench.db.judgement import evaluation_records
 
     v = judge_static(_cuda("tile_define.cu", {"build": {"defines": ["TILE=64"]}}), arch="sm_90a", cache=cache)
     evidence = evaluation_records(v, 1, "test").evaluation.evidence

@@ -155,8 +155,9 @@ for line in sys.stdin:
 
 def test_a_tool_failure_still_writes_a_row_for_the_sample(tmp_path):
     """Nothing the batch attempts is silently left unjudged: the row says the tool failed, and how."""
-    from ptxbench.cli.eval import run_batch
     from ptxbench.engine.runner import Runner, RunnerConfig
+    from ptxbench.services.batch import run_batch
+    from ptxbench.services.progress import to_wire
 
     path, ids = _store(tmp_path, ["vadd_ok"])
     worker = tmp_path / "broken_worker.py"
@@ -164,8 +165,8 @@ def test_a_tool_failure_still_writes_a_row_for_the_sample(tmp_path):
     events = []
 
     class Collect:
-        def emit(self, event, **fields):
-            events.append({"event": event, **fields})
+        def emit(self, event):
+            events.append(to_wire(event, 0.0))
 
     db = open_store(path)
     with Runner(RunnerConfig(command=[sys.executable, str(worker)], start_timeout_s=30)) as runner:

@@ -16,7 +16,7 @@ from llm_server import LoopbackLLM, reply_text
 from ptxbench.db.fixit import fixit_stats, stored_pairs
 from ptxbench.db.queries import evaluations_for, get_sample
 from ptxbench.db.store import open_store
-from ptxbench.engine.fixit.export import read_jsonl
+from ptxbench.fixit.export import read_jsonl
 from ptxbench.tasks.mutations import apply, load_mutations
 
 ROOT = Path(__file__).resolve().parents[1]

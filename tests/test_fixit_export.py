@@ -9,10 +9,10 @@ import re
 import pytest
 from fixit_data import expert_code, mutation, pair_of, rec, variants
 
-from ptxbench.engine.fixit.export import build_examples, read_jsonl, write_jsonl, write_parquet
-from ptxbench.engine.fixit.normalize import normalize_ptx, renumber_registers, strip_noise
-from ptxbench.engine.fixit.select import SelectConfig, leaks, select_pairs, variant_tags
-from ptxbench.engine.fixit.stats import diversity_stats, distribution, entropy_bits
+from ptxbench.fixit.export import build_examples, read_jsonl, write_jsonl, write_parquet
+from ptxbench.fixit.normalize import normalize_ptx, renumber_registers, strip_noise
+from ptxbench.fixit.select import SelectConfig, leaks, select_pairs, variant_tags
+from ptxbench.fixit.stats import diversity_stats, distribution, entropy_bits
 
 VADD = expert_code("vector_add_smoke")
 HELD_OUT_N = str((1 << 24) + 3)

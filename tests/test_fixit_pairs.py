@@ -15,9 +15,9 @@ from ptxbench.db.fixit import (
 from ptxbench.db.records import Label
 from ptxbench.db.store import open_store
 from ptxbench.db.writes import add_label
-from ptxbench.engine.fixit.explain import DERIVED_SOURCE, derived_explanation
-from ptxbench.engine.fixit.pairing import SOURCE_PREFIX, kind_of, propose_pairs
-from ptxbench.engine.fixit.records import GPU_VERIFIED, NOT_PASSING, STATIC_ONLY, UNJUDGED
+from ptxbench.fixit.explain import DERIVED_SOURCE, derived_explanation
+from ptxbench.fixit.pairing import SOURCE_PREFIX, kind_of, propose_pairs
+from ptxbench.fixit.records import GPU_VERIFIED, NOT_PASSING, STATIC_ONLY, UNJUDGED
 
 
 @pytest.fixture

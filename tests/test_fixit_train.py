@@ -16,10 +16,10 @@ pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")  # peft asks tr
 pytest.importorskip("peft")
 pytest.importorskip("transformers")
 
-from ptxbench.engine.fixit.export import build_examples, write_jsonl  # noqa: E402
-from ptxbench.engine.fixit.select import SelectConfig, select_pairs  # noqa: E402
-from ptxbench.engine.fixit.tiny import TinyConfig, build_tiny_checkpoint, ptx_corpus, train_tokenizer  # noqa: E402
-from ptxbench.engine.fixit.train import (  # noqa: E402
+from ptxbench.fixit.export import build_examples, write_jsonl  # noqa: E402
+from ptxbench.fixit.select import SelectConfig, select_pairs  # noqa: E402
+from ptxbench.fixit.tiny import TinyConfig, build_tiny_checkpoint, ptx_corpus, train_tokenizer  # noqa: E402
+from ptxbench.fixit.train import (  # noqa: E402
     REPORT_NAME, TrainConfig, encode_example, eval_loss, load_tuned, train_lora,
 )
 

@@ -141,7 +141,7 @@ def test_without_a_task_the_candidates_own_launches_must_name_entries(cache):
 
 
 def test_the_stored_evaluation_keeps_the_launched_entries(cache):
-    from ptxbench.models.judging import evaluation_records
+    from ptxbench.db.judgement import evaluation_records
 
     v = judge_static(_ptx(TWO), TASK, require=["wgmma"], cache=cache)
     evidence = evaluation_records(v, 1, "test").evaluation.evidence

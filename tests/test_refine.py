@@ -6,7 +6,8 @@ from pathlib import Path
 
 from ptxbench.db.records import Evaluation, Measurement, Sample
 from ptxbench.engine.extract import extract
-from ptxbench.models.judging import evaluation_records, judge_sample
+from ptxbench.db.judgement import evaluation_records
+from ptxbench.models.judging import judge_sample
 from ptxbench.models.refine import LOST_REPLY, assistant_text, conversation, feedback_message, is_final
 from ptxbench.tasks.mutations import apply, load_mutations
 from ptxbench.tasks.spec import get_task

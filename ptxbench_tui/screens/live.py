@@ -18,8 +18,9 @@ from textual.containers import Horizontal
 from textual.reactive import reactive
 from textual.widgets import DataTable, ProgressBar, RichLog, Static
 
+from ptxbench.services import progress as ev
+from ptxbench.services.batch_process import BatchProcess, GpuLock, engine_command, gpu_lock_path
 from ptxbench.tui import keys
-from ptxbench.tui.engine_process import EngineProcess, GpuLock, engine_command, gpu_lock_path
 from ptxbench.tui.messages import EngineEvent, EngineExited, EngineProgress, ShowSample
 from ptxbench.tui.screens.base import ViewScreen
 from ptxbench.tui.verdict import verdict
@@ -38,8 +39,8 @@ class LiveScreen(ViewScreen):
     def __init__(self) -> None:
         super().__init__()
         self.queue: list[int] = []
-        self.process: EngineProcess | None = None
-        self.results: list[dict] = []
+        self.process: BatchProcess | None = None
+        self.results: list[ev.Result] = []
         self.errors: list[str] = []
         self.device_line = ""
         self.static_only: bool | None = None
@@ -136,7 +137,7 @@ class LiveScreen(ViewScreen):
             self.notify("No result yet.")
             return
         row = self.results[min(max(table.cursor_row, 0), len(self.results) - 1)]
-        self.post_message(ShowSample(int(row["sample_id"])))
+        self.post_message(ShowSample(row.sample_id))
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         if event.data_table.id == "live-results":
@@ -148,28 +149,30 @@ class LiveScreen(ViewScreen):
         app = self.ptx
         lock = GpuLock(gpu_lock_path(app.gpu_lock_dir))
         if not lock.acquire():
-            self.post_message(EngineEvent({"event": "log", "level": "error",
-                                           "message": f"another engine holds this GPU (process {lock.holder()}); try again when it is done"}))
+            self.post_message(EngineEvent(ev.Log("error", f"another engine holds this GPU (process {lock.holder()}); "
+                                                          "try again when it is done")))
             self.post_message(EngineExited(None, False, "", False))
             return
         cmd = engine_command(app.engine_cmd, app.db_path, sample_ids)
-        process = EngineProcess(cmd)
+        process = BatchProcess(cmd)
         self.process = process
         try:
             try:
                 await process.start()
             except OSError as exc:
-                self.post_message(EngineEvent({"event": "log", "level": "error", "message": f"cannot start the engine ({cmd[0]}): {exc}"}))
+                self.post_message(EngineEvent(ev.Log("error", f"cannot start the engine ({cmd[0]}): {exc}")))
                 self.post_message(EngineExited(None, False, "", False))
                 return
             done, total = 0, len(sample_ids)
             async for event in process.events():
                 self.post_message(EngineEvent(event))
-                kind = event.get("event")
-                if kind in ("start", "result"):
-                    total = int(event.get("total") or total) if kind == "start" else total
-                    done += kind == "result"
-                    self.post_message(EngineProgress(done, total, str(kind)))
+                if isinstance(event, ev.Start):
+                    total = int(event.total or total)
+                elif isinstance(event, ev.Result):
+                    done += 1
+                else:
+                    continue
+                self.post_message(EngineProgress(done, total, event.kind))
             rc = await process.wait()
             self.post_message(EngineExited(rc, process.saw_done, "\n".join(process.stderr_tail), process.cancelled))
         finally:
@@ -177,49 +180,44 @@ class LiveScreen(ViewScreen):
             lock.release()
 
     def on_engine_event(self, message: EngineEvent) -> None:
-        e = message.event
-        kind = message.kind
-        if kind == "start":
-            device = e.get("device")
-            self.static_only = bool(e.get("static_only")) or not device
-            if self.static_only:
-                self.device_line = ("[b]No GPU here[/b]: the engine runs the static stages only "
-                                    "(assemble, inspect); nothing is run or timed.")
-            else:
-                self.device_line = f"device: [b]{escape(str(device))}[/b]"
-            self.query_one("#live-device", Static).update(self.device_line)
-            self._log(f"start: {self.total} sample(s) on {escape(str(device or 'no GPU (static stages only)'))}")
-        elif kind == "sample":
-            self.query_one("#live-stage", Static).update(
-                f"sample {e.get('sample_id')} ({escape(str(e.get('task_id', '')))}) — {int(e.get('index', 0)) + 1}/{self.total}"
-            )
-        elif kind == "stage":
-            status = e.get("status")
-            cat = f" → {e.get('category')}" if e.get("category") else ""
-            self.query_one("#live-stage", Static).update(
-                f"sample {e.get('sample_id')}: {escape(str(e.get('stage')))} {escape(str(status))}{escape(cat)}"
-            )
-        elif kind == "result":
-            self.results.append(e)
-            self.query_one("#live-results", DataTable).add_row(
-                str(e.get("sample_id")), verdict(e.get("category"), "" if e.get("status") == "judged" else "not_run"),
-                str(e.get("status")), speed(e.get("speedup")),
-                num(e.get("time_ms")), str(e.get("evaluation_id")),
-            )
-            self._log(f"result: sample {e.get('sample_id')} → [b]{escape(str(e.get('category')))}[/b] ({escape(str(e.get('status')))})")
-        elif kind == "log":
-            level = str(e.get("level", "info"))
-            style = {"error": "red", "warning": "yellow"}.get(level, "")
-            text = escape(str(e.get("message", "")))
-            self._log(f"[{style}]{level}: {text}[/]" if style else f"{level}: {text}")
-        elif kind == "error":
-            self.errors.append(str(e.get("message")))
-            self._log(f"[red]error on sample {e.get('sample_id')}: {escape(str(e.get('message')))}[/]")
-        elif kind == "done":
-            self._log(f"done: {e.get('judged')} judged, {e.get('failed_tool')} tool failures"
-                      f"{', cancelled' if e.get('cancelled') else ''}")
-        else:
-            self._log(f"[dim]{escape(str(e))}[/]")
+        match message.event:
+            case ev.Start(device=device, static_only=static_only):
+                self.static_only = bool(static_only) or not device
+                if self.static_only:
+                    self.device_line = ("[b]No GPU here[/b]: the engine runs the static stages only "
+                                        "(assemble, inspect); nothing is run or timed.")
+                else:
+                    self.device_line = f"device: [b]{escape(str(device))}[/b]"
+                self.query_one("#live-device", Static).update(self.device_line)
+                self._log(f"start: {self.total} sample(s) on {escape(str(device or 'no GPU (static stages only)'))}")
+            case ev.SampleStarted(sample_id=sid, task_id=task_id, index=index):
+                self.query_one("#live-stage", Static).update(
+                    f"sample {sid} ({escape(str(task_id))}) — {int(index or 0) + 1}/{self.total}"
+                )
+            case ev.StageChanged(sample_id=sid, stage=stage, status=status, category=category):
+                cat = f" → {category}" if category else ""
+                self.query_one("#live-stage", Static).update(
+                    f"sample {sid}: {escape(str(stage))} {escape(str(status))}{escape(cat)}"
+                )
+            case ev.Result() as r:
+                self.results.append(r)
+                self.query_one("#live-results", DataTable).add_row(
+                    str(r.sample_id), verdict(r.category, "" if r.status == "judged" else "not_run"),
+                    str(r.status), speed(r.speedup), num(r.time_ms), str(r.evaluation_id),
+                )
+                self._log(f"result: sample {r.sample_id} → [b]{escape(str(r.category))}[/b] ({escape(str(r.status))})")
+            case ev.Log(level=level, message=text):
+                level = str(level or "info")
+                style = {"error": "red", "warning": "yellow"}.get(level, "")
+                text = escape(str(text or ""))
+                self._log(f"[{style}]{level}: {text}[/]" if style else f"{level}: {text}")
+            case ev.Error(sample_id=sid, message=text):
+                self.errors.append(str(text))
+                self._log(f"[red]error on sample {sid}: {escape(str(text))}[/]")
+            case ev.Done(judged=judged, failed_tool=failed, cancelled=cancelled):
+                self._log(f"done: {judged} judged, {failed} tool failures{', cancelled' if cancelled else ''}")
+            case ev.Unknown(raw=raw):
+                self._log(f"[dim]{escape(str(raw))}[/]")
 
     def on_engine_exited(self, message: EngineExited) -> None:
         self.last_exit = message

@@ -57,7 +57,7 @@ async def test_live_reverify_and_retime_expert_solutions_on_the_gpu(tmp_path):
             app.save_screenshot(filename="gpu_live.svg", path=str(out))
         assert live.last_exit is not None and live.last_exit.returncode == 0, live.last_exit
         assert live.static_only is False, "the engine saw no GPU"
-        results = {r["sample_id"]: r for r in live.results}
+        results = {r.sample_id: r for r in live.results}
         assert set(results) == set(ids)
         summary = {"gpu": _gpu_name(), "results": list(results.values())}
         for sid in ids:
@@ -65,7 +65,7 @@ async def test_live_reverify_and_retime_expert_solutions_on_the_gpu(tmp_path):
             await settle(pilot)
             sample = app.screen
             latest = sample.detail.latest
-            assert latest.id == results[sid]["evaluation_id"] and latest.status == "judged", latest.status
+            assert latest.id == results[sid].evaluation_id and latest.status == "judged", latest.status
             assert latest.category in ("ok", "slower_than_baseline"), latest.category
             assert latest.speedup is not None and latest.time_ms is not None
             summary[f"sample_{sid}"] = {

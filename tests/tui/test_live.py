@@ -12,7 +12,7 @@ import sqlite3
 from conftest import SIZE, settle
 from textual.widgets import DataTable
 
-from ptxbench.tui.engine_process import GpuLock, gpu_lock_path
+from ptxbench.services.batch_process import GpuLock, gpu_lock_path
 from ptxbench.tui.messages import Reverify
 from ptxbench.tui.screens.live import LiveScreen
 from ptxbench.tui.screens.sample import SampleScreen
@@ -47,10 +47,10 @@ async def test_reverify_runs_the_engine_and_shows_the_new_evaluation(app_for, st
         assert live.static_only is True
         assert "No GPU here" in str(live.query_one("#live-device").render())
         assert live.done == live.total == 1
-        assert [r["sample_id"] for r in live.results] == [ids.syntax_sample]
+        assert [r.sample_id for r in live.results] == [ids.syntax_sample]
         after = evaluations(store, ids.syntax_sample)
         assert after[: len(before)] == before and len(after) == len(before) + 1  # appended, nothing rewritten
-        assert after[-1][0] == live.results[0]["evaluation_id"] and after[-1][2] == "skipped: no sm_90a device"
+        assert after[-1][0] == live.results[0].evaluation_id and after[-1][2] == "skipped: no sm_90a device"
         # Shown when done: the sample's newest evaluation is the new one.
         await pilot.press("enter")  # the result table: open its sample
         await settle(pilot)
@@ -81,7 +81,7 @@ async def test_reverify_from_a_sample_and_a_filtered_set(app_for, store, ids):
         await settle(pilot)
         live = app.screen
         assert isinstance(live, LiveScreen)
-        assert sorted(r["sample_id"] for r in live.results) == [7, 8]
+        assert sorted(r.sample_id for r in live.results) == [7, 8]
         results = live.query_one("#live-results", DataTable)
         assert results.row_count == 2
 
@@ -174,7 +174,7 @@ async def test_the_real_engine_judges_a_sample_statically(store, tmp_path, ids):
         await settle(pilot)
         live = app.screen
         assert live.last_exit.returncode == 0 and live.last_exit.saw_done, live.last_exit
-        assert [(r["sample_id"], r["category"]) for r in live.results] == [(ids.syntax_sample, "syntax")]
+        assert [(r.sample_id, r.category) for r in live.results] == [(ids.syntax_sample, "syntax")]
         await pilot.press("enter")  # the result table: open its sample
         await settle(pilot)
         sample = app.screen

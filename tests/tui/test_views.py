@@ -414,7 +414,7 @@ async def test_the_remaining_actions(app_for, store, ids):
         await pilot.press("r")
         await settle(pilot)
         live = app.screen
-        assert isinstance(live, LiveScreen) and [r["sample_id"] for r in live.results] == [ids.wgmma_missing]
+        assert isinstance(live, LiveScreen) and [r.sample_id for r in live.results] == [ids.wgmma_missing]
         await pilot.press("c")
         assert live.results == [] and live.query_one("#live-results", DataTable).row_count == 0
         # Triage: the Fixit list.

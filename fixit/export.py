@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ptxbench.engine.fixit.explain import derived_explanation
-from ptxbench.engine.fixit.judgement import judgement_text
-from ptxbench.engine.fixit.records import FixitSample
-from ptxbench.engine.fixit.select import Selected, Selection
+from ptxbench.fixit.explain import derived_explanation
+from ptxbench.fixit.judgement import judgement_text
+from ptxbench.fixit.records import FixitSample
+from ptxbench.fixit.select import Selected, Selection
 
 FORMAT_VERSION = 1
 DEFAULT_CONTEXT = "brief"   # for samples made outside a run (mutations, imports)

@@ -20,8 +20,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from ptxbench.engine.fixit.normalize import abstract_lines, jaccard, shingles
-from ptxbench.engine.fixit.records import GPU_VERIFIED, PAIR_KINDS, STATIC_ONLY, FixitSample, Pair
+from ptxbench.fixit.normalize import abstract_lines, jaccard, shingles
+from ptxbench.fixit.records import GPU_VERIFIED, PAIR_KINDS, STATIC_ONLY, FixitSample, Pair
 
 AUTO_KINDS: tuple[str, ...] = ("later_turn", "same_model", "expert")
 REFERENCE_KINDS = frozenset({"expert", "mutation"})

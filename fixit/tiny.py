@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ptxbench.engine.fixit.train import (
+from ptxbench.fixit.train import (
     BOS, CHAT_TEMPLATE, END, PAD, ROLE_TOKENS, TrainingError, autocast, quiet_transformers,
 )
 
@@ -109,7 +109,7 @@ def build_tiny_checkpoint(out_dir: Path | str, texts: Sequence[str], config: Tin
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     info["seconds"] = round(time.perf_counter() - started, 2)
-    (out / "ptxbench_tiny.json").write_text(json.dumps({"made_by": "ptxbench.engine.fixit.train.build_tiny_checkpoint",
+    (out / "ptxbench_tiny.json").write_text(json.dumps({"made_by": "ptxbench.fixit.train.build_tiny_checkpoint",
                                                         "config": asdict(config), **info}, indent=2))
     return info
 

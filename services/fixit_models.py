@@ -1,7 +1,7 @@
-"""The parts of `ptxbench fixit` that talk to a model through an OpenAI-compatible endpoint:
-repairs (`fixit repair`) and written explanations (`fixit explain`).
+"""Fixit through a model at an OpenAI-compatible endpoint: repairs (`fixit repair`) and
+written explanations (`fixit explain`).
 
-They glue the store (`ptxbench.db.fixit`), the engine (`ptxbench.engine.fixit`) and the
+They glue the store (`ptxbench.db.fixit`), Fixit's records (`ptxbench.fixit`) and the
 model-run machinery (`ptxbench.models`: the chat client, judging a stored sample, the
 feedback a turn's judgement becomes), and keep every reply in the store before anything
 else is done with it.
@@ -10,6 +10,7 @@ else is done with it.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -17,11 +18,12 @@ from typing import Any, Callable
 import sqlite_utils
 
 from ptxbench.db.fixit import add_explanation, explanation_sources, load_sample
-from ptxbench.engine.fixit.explain import DERIVED_SOURCE, clean_model_explanation, derived_explanation, explain_messages
-from ptxbench.engine.fixit.export import DEFAULT_CONTEXT, candidate_text
-from ptxbench.engine.fixit.judgement import judgement_text
-from ptxbench.engine.fixit.pairing import REPAIR_SOURCE_PREFIX
-from ptxbench.engine.fixit.records import GPU_VERIFIED, STATIC_ONLY, FixitSample, Pair
+from ptxbench.fixit.explain import DERIVED_SOURCE, clean_model_explanation, derived_explanation, explain_messages
+from ptxbench.fixit.export import DEFAULT_CONTEXT, candidate_text
+from ptxbench.fixit.judgement import judgement_text
+from ptxbench.fixit.pairing import REPAIR_SOURCE_PREFIX
+from ptxbench.fixit.records import GPU_VERIFIED, STATIC_ONLY, FixitSample, Pair
+from ptxbench.services.errors import UsageError
 
 Progress = Callable[[dict[str, Any]], None]
 REPAIR_EVALUATION_SOURCE = "ptxbench fixit repair"
@@ -144,7 +146,8 @@ class Repairer:
     async def _repair(self, client: Any, failed: FixitSample) -> None:
         from ptxbench.db.records import Fix, Sample
         from ptxbench.db.writes import add_fix
-        from ptxbench.models.judging import JudgeFailed, candidate_of, fill_candidate, judge_sample, store_judgement
+        from ptxbench.db.judgement import add_judgement
+        from ptxbench.models.judging import JudgeFailed, candidate_of, fill_candidate, judge_sample
         from ptxbench.models.refine import assistant_text
         from ptxbench.tasks.prompts import build_prompt
         from ptxbench.tasks.spec import get_task
@@ -182,7 +185,7 @@ class Repairer:
                 self.report.errors.append({"failed_sample_id": failed.id, "turn": turn, "error": str(exc)})
                 self.report.failed += 1
                 return
-            evaluation = store_judgement(self.db, judged, sample.id, REPAIR_EVALUATION_SOURCE)  # type: ignore[arg-type]
+            evaluation = add_judgement(self.db, judged, sample.id, REPAIR_EVALUATION_SOURCE)  # type: ignore[arg-type]
             self.report.categories[evaluation.category] += 1
             repaired = load_sample(self.db, sample.id)
             assert repaired is not None
@@ -287,3 +290,35 @@ def derive_missing(db: sqlite_utils.Database, pairs: list[Pair]) -> ExplainRepor
         add_explanation(db, pair, derived_explanation(pair), DERIVED_SOURCE)
         report.derived += 1
     return report
+
+
+# -- what the front ends call ------------------------------------------------------------------------
+
+def api_key(env: str | None) -> str | None:
+    """The key held by the variable `env` names (None: no key); UsageError when it is not set."""
+    if env is None:
+        return None
+    value = os.environ.get(env)
+    if not value:
+        raise UsageError(f"--api-key-env {env}: the variable is not set")
+    return value
+
+
+def repair(db: sqlite_utils.Database, config: RepairConfig, targets: list[FixitSample],
+           progress: Progress | None = None) -> RepairReport:
+    """Ask the model to repair each target (services/fixit.py `repair_targets`); EndpointError when
+    the endpoint refuses."""
+    return asyncio.run(Repairer(db, config, progress).repair_all(targets))
+
+
+def explain(db: sqlite_utils.Database, pairs: list[Pair], *, limit: int = 200, redo: bool = False,
+            model: str | None = None, base_url: str | None = None, **client: Any) -> ExplainReport:
+    """With no model, a derived explanation for each pair that has none; with one, the model asked
+    about the pairs it has not explained yet (all of them with `redo`). `client`: api_key,
+    temperature, max_tokens, concurrency. EndpointError when the endpoint refuses."""
+    if (model is None) != (base_url is None):
+        raise UsageError("--model and --base-url go together (leave both out for derived explanations)")
+    if model is None or base_url is None:
+        return derive_missing(db, pairs[:limit])
+    todo = [p for p in pairs if redo or not has_model_explanation(db, p)][:limit]
+    return asyncio.run(explain_pairs(db, todo, model=model, base_url=base_url, **client))

@@ -24,8 +24,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ptxbench.engine.categories import OK
-from ptxbench.engine.fixit.export import Example, task_prompt
-from ptxbench.engine.fixit.train import eval_loss, load_tuned
+from ptxbench.fixit.export import Example, task_prompt
+from ptxbench.fixit.train import eval_loss, load_tuned
 
 VARIANTS = ("base", "tuned")
 NOT_MEASURED = "not measured"

@@ -8,8 +8,8 @@ carries what happens at a held-out size.
 
 from __future__ import annotations
 
-from ptxbench.engine.categories import DESCRIPTIONS, OK, STAGE_OF
-from ptxbench.engine.fixit.records import FixitSample, SizeResult
+from ptxbench.engine.categories import DESCRIPTIONS, OK, STAGE_OF, Category
+from ptxbench.fixit.records import FixitSample, SizeResult
 
 MAX_LOG_LINES = 12
 CLOSING = ("Explain what is wrong, then reply with the complete corrected kernel in one fenced code block "
@@ -65,7 +65,7 @@ def judgement_text(sample: FixitSample, *, include_heldout: bool = False, closin
     elif stage == "assemble":
         message, line, source = evidence_of(sample)
         where = f" at line {line}" if line else ""
-        tool = "nvcc" if cat == "cuda_compile_error" else "ptxas"
+        tool = "nvcc" if cat == Category.CUDA_COMPILE_ERROR else "ptxas"
         out.append(f"{tool} rejected it for {sample.arch}{where}: {message}".rstrip().rstrip(":") + ".")
         if source:
             out.append(f"That line reads: `{source.strip()}`")

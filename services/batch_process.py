@@ -1,10 +1,11 @@
-"""The engine as a separate process, followed through its JSON-lines progress.
+"""A batch evaluation as a separate process, followed through its JSON-lines progress.
 
 `ptxbench eval --db PATH --sample ID … --json-progress` is the only writer of
-evaluations while it runs (docs/eval-progress.md); the explorer starts it,
-reads one event per line, and can end it with SIGTERM (the batch stops after
-the current sample's row is committed or rolled back). A process that dies
-or prints garbage cannot take the explorer or the store with it.
+evaluations while it runs (docs/eval-progress.md); the explorer's Live view starts
+it, reads one typed event per line (services/progress.py), and can end it with
+SIGTERM (the batch stops after the current sample's row is committed or rolled
+back). A process that dies or prints garbage cannot take its caller or the store
+with it.
 
 One engine at a time per GPU: a lock file taken with flock, so two explorers
 (for example two browser sessions of `ptxbench-tui --serve`) never time on the
@@ -15,13 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
-import json
 import os
+import shutil
 import signal
+import sys
 from collections import deque
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+
+from ptxbench.services import progress as ev
 
 TERMINATE_GRACE_S = 15.0
 
@@ -62,6 +65,15 @@ def gpu_lock_path(folder: Path, device: str | None = None) -> Path:
     return folder / f"ptxbench-engine-gpu{device}.lock"
 
 
+def default_engine_cmd() -> list[str]:
+    """`ptxbench eval`, from the same environment as the caller."""
+    beside = Path(sys.executable).with_name("ptxbench")
+    if beside.exists():
+        return [str(beside), "eval"]
+    found = shutil.which("ptxbench")
+    return [found or "ptxbench", "eval"]
+
+
 def engine_command(base: list[str], db_path: Path, sample_ids: list[int]) -> list[str]:
     cmd = [*base, "--db", str(db_path)]
     for sid in sample_ids:
@@ -69,14 +81,14 @@ def engine_command(base: list[str], db_path: Path, sample_ids: list[int]) -> lis
     return [*cmd, "--json-progress"]
 
 
-class EngineProcess:
+class BatchProcess:
     def __init__(self, cmd: list[str]) -> None:
         self.cmd = cmd
         self.proc: asyncio.subprocess.Process | None = None
         self.stderr_tail: deque[str] = deque(maxlen=20)
         self.saw_done = False
         self.cancelled = False
-        self._stderr_task: asyncio.Task | None = None
+        self._stderr_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         self.proc = await asyncio.create_subprocess_exec(
@@ -93,21 +105,18 @@ class EngineProcess:
         while line := await self.proc.stderr.readline():
             self.stderr_tail.append(line.decode("utf-8", "replace").rstrip())
 
-    async def events(self) -> AsyncIterator[dict[str, Any]]:
+    async def events(self) -> AsyncIterator[ev.Event]:
         """Each stdout line as an event; a line that is not a JSON object becomes a `log` event."""
         assert self.proc and self.proc.stdout
         while line := await self.proc.stdout.readline():
             text = line.decode("utf-8", "replace").strip()
             if not text:
                 continue
-            try:
-                event = json.loads(text)
-            except ValueError:
-                event = None
-            if not isinstance(event, dict) or "event" not in event:
-                yield {"event": "log", "level": "warning", "message": f"engine printed: {text[:500]}"}
+            event = ev.parse_line(text)
+            if event is None:
+                yield ev.Log(level="warning", message=f"engine printed: {text[:500]}")
                 continue
-            if event.get("event") == "done":
+            if isinstance(event, ev.Done):
                 self.saw_done = True
             yield event
 

@@ -33,10 +33,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ptxbench.engine.fixit.normalize import (
+from ptxbench.fixit.normalize import (
     abstract_lines, content_key, could_reach, edit_signature, jaccard, normalize_ptx, shingles,
 )
-from ptxbench.engine.fixit.records import GPU_VERIFIED, PAIR_KINDS, STATIC_ONLY, Pair
+from ptxbench.fixit.records import GPU_VERIFIED, PAIR_KINDS, STATIC_ONLY, Pair
 
 SPLITS: tuple[str, ...] = ("train", "val", "heldout")
 EXPLANATION_RANK = ("model", "mutation", "derived")  # preferred explanation sources, best first

@@ -9,8 +9,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ptxbench.engine.fixit.export import Example
-from ptxbench.engine.fixit.select import SPLITS, Selection
+from ptxbench.fixit.export import Example
+from ptxbench.fixit.select import SPLITS, Selection
 
 
 def distribution(values: Sequence[float]) -> dict[str, float | int | None]:

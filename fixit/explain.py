@@ -15,9 +15,9 @@ import re
 from typing import Any
 
 from ptxbench.engine.categories import CORRECT, DESCRIPTIONS, STAGE_OF
-from ptxbench.engine.fixit.judgement import evidence_of, fmt_sizes, judgement_text
-from ptxbench.engine.fixit.normalize import strip_noise
-from ptxbench.engine.fixit.records import GPU_VERIFIED, Pair
+from ptxbench.fixit.judgement import evidence_of, fmt_sizes, judgement_text
+from ptxbench.fixit.normalize import strip_noise
+from ptxbench.fixit.records import GPU_VERIFIED, Pair
 
 DERIVED_SOURCE = "derived from diff"
 MAX_SHOWN_CHANGES = 6

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ptxbench.engine.fixit.export import Example, read_jsonl
+from ptxbench.fixit.export import Example, read_jsonl
 
 ROLE_TOKENS = ("<|system|>", "<|user|>", "<|assistant|>")
 PAD, BOS, END = "<|pad|>", "<|bos|>", "<|end|>"

@@ -7,6 +7,6 @@ two (`ptxbench fixit …`). Training (`train.py`) and re-measuring
 (`remeasure.py`) import torch, transformers and peft only when called.
 """
 
-from ptxbench.engine.fixit.records import FixitSample, Pair, PAIR_KINDS
+from ptxbench.fixit.records import FixitSample, Pair, PAIR_KINDS
 
 __all__ = ["FixitSample", "Pair", "PAIR_KINDS"]

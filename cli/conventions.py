@@ -1,0 +1,75 @@
+"""What every `ptxbench` command does the same way: exit codes, the error line, registration.
+
+- Exit codes are `ExitCode`; a command's docstring says which it uses.
+- An error is one line on standard error, `ptxbench <command>: error: <what to do>`, never a
+  traceback (`PTXBENCH_DEBUG=1` shows one where a command catches the unexpected).
+- A command is a plain function; `register(app, COMMANDS)` adds a table of them (name →
+  function) to a typer app, the top-level one in main.py and the `fixit` group alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from enum import IntEnum
+from typing import Any, NoReturn
+
+import typer
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    TOOL = 1          # the tool, or the work it was asked to do, failed (a missing assembler, an endpoint error)
+    USAGE = 2         # a usage mistake: a bad option, a file that cannot be read, a store that will not open
+    UNFINISHED = 3    # `ptxbench run`: some requests or judgements failed; run the same command to resume
+    REFUSED = 4       # `ptxbench run`: the endpoint refused the run (bad key, unknown model)
+
+
+def say_error(command: str, message: str) -> None:
+    """`ptxbench <command>: error: <message>` on standard error."""
+    from rich.console import Console
+
+    Console(stderr=True, highlight=False).print(f"ptxbench {command}: error: {message}", style="red", markup=False,
+                                                highlight=False, soft_wrap=True)
+
+
+def fail(command: str, message: str, code: ExitCode = ExitCode.USAGE) -> typer.Exit:
+    """Say the error and return the Exit to raise (`raise fail(...) from None`)."""
+    say_error(command, message)
+    return typer.Exit(int(code))
+
+
+def abort(command: str, message: str, code: ExitCode = ExitCode.USAGE) -> NoReturn:
+    """Say the error and exit."""
+    raise fail(command, message, code)
+
+
+@contextmanager
+def reported(command: str, *, store: ExitCode = ExitCode.USAGE) -> Iterator[None]:
+    """A service's failures as the command's error line and exit code: a usage mistake (and a store
+    that will not open, unless `store` says otherwise) exits USAGE, a tool failure TOOL."""
+    from ptxbench.db.store import StoreError
+    from ptxbench.services.errors import ToolError, UsageError
+
+    try:
+        yield
+    except UsageError as exc:
+        raise fail(command, str(exc), ExitCode.USAGE) from None
+    except ToolError as exc:
+        raise fail(command, str(exc), ExitCode.TOOL) from None
+    except StoreError as exc:
+        raise fail(command, str(exc), store) from None
+
+
+Command = Callable[..., Any]
+PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+
+def register(app: typer.Typer, commands: Sequence[tuple[str, Command]], *, pass_through: Sequence[str] = ()) -> None:
+    """Add each (name, function) to `app`. A name in `pass_through` hands its arguments on unparsed
+    (`ptxbench tui --db X` is read by the explorer's own parser)."""
+    for name, function in commands:
+        if name in pass_through:
+            app.command(name, context_settings=PASS_THROUGH, add_help_option=False)(function)
+        else:
+            app.command(name)(function)

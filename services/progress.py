@@ -1,0 +1,147 @@
+"""The events of a batch evaluation, typed.
+
+`ptxbench eval --json-progress` writes them as JSON lines and the explorer's Live view reads
+them back (docs/eval-progress.md is the contract on the wire, unchanged): every line is
+`{"event": KIND, "t": seconds, ...fields}`, the fields in the order of the dataclass below.
+An optional field that is None is left off the line, as it always was.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar, Protocol, TextIO, Union
+
+
+@dataclass(frozen=True)
+class Start:
+    kind: ClassVar[str] = "start"
+    total: int
+    device: str | None
+    static_only: bool
+
+
+@dataclass(frozen=True)
+class SampleStarted:
+    kind: ClassVar[str] = "sample"
+    sample_id: int
+    task_id: str
+    index: int
+
+
+@dataclass(frozen=True)
+class StageChanged:
+    kind: ClassVar[str] = "stage"
+    sample_id: int
+    stage: str
+    status: str                      # "begin" or "end"
+    category: str | None = None      # optional on the wire
+
+
+@dataclass(frozen=True)
+class Result:
+    kind: ClassVar[str] = "result"
+    sample_id: int
+    evaluation_id: int
+    category: str
+    status: str
+    speedup: float | None
+    time_ms: float | None
+
+
+@dataclass(frozen=True)
+class Log:
+    kind: ClassVar[str] = "log"
+    level: str                       # info, warning, error
+    message: str
+
+
+@dataclass(frozen=True)
+class Error:
+    kind: ClassVar[str] = "error"
+    sample_id: int | None
+    message: str
+    evaluation_id: int | None = None  # the row that records the failed attempt; optional on the wire
+
+
+@dataclass(frozen=True)
+class Done:
+    kind: ClassVar[str] = "done"
+    judged: int
+    failed_tool: int
+    cancelled: bool
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """A well-formed line of a kind this version does not know (a newer engine): kept whole."""
+
+    kind: ClassVar[str] = "unknown"
+    raw: dict[str, Any]
+
+
+Event = Union[Start, SampleStarted, StageChanged, Result, Log, Error, Done, Unknown]
+KINDS: dict[str, type] = {c.kind: c for c in (Start, SampleStarted, StageChanged, Result, Log, Error, Done)}
+OPTIONAL = frozenset({(StageChanged, "category"), (Error, "evaluation_id")})
+
+
+class Sink(Protocol):
+    """Where a batch's events go: a JSON-lines writer, a progress bar, a test's list."""
+
+    def emit(self, event: Event) -> None: ...
+
+
+class JsonLines:
+    """A sink that writes each event as one line (docs/eval-progress.md), `t` counted from its making."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream
+        self.t0 = time.monotonic()
+
+    def emit(self, event: Event) -> None:
+        out = self.stream or sys.stdout
+        out.write(dumps(event, round(time.monotonic() - self.t0, 3)) + "\n")
+        out.flush()
+
+
+def to_wire(event: Event, t: float) -> dict[str, Any]:
+    """The event as the JSON object of docs/eval-progress.md."""
+    if isinstance(event, Unknown):
+        return dict(event.raw)
+    out: dict[str, Any] = {"event": event.kind, "t": t}
+    for f in fields(event):
+        value = getattr(event, f.name)
+        if value is None and (type(event), f.name) in OPTIONAL:
+            continue
+        out[f.name] = value
+    return out
+
+
+def dumps(event: Event, t: float) -> str:
+    """One line of the stream (no newline)."""
+    return json.dumps(to_wire(event, t), default=str)
+
+
+def from_wire(obj: dict[str, Any]) -> Event:
+    """A decoded line → its event. Missing fields take a neutral value, so a line from an older or
+    newer engine is still shown rather than refused."""
+    cls = KINDS.get(str(obj.get("event", "")))
+    if cls is None:
+        return Unknown(dict(obj))
+    # Annotations are strings here (postponed evaluation); an optional one has no neutral value but None.
+    neutral = {"int": 0, "bool": False, "str": ""}
+    values = {f.name: obj[f.name] if f.name in obj else neutral.get(str(f.type)) for f in fields(cls)}
+    return cls(**values)  # type: ignore[no-any-return]
+
+
+def parse_line(text: str) -> Event | None:
+    """A line of the stream → its event; None for a line that is not a JSON object with an `event`."""
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict) or "event" not in obj:
+        return None
+    return from_wire(obj)

@@ -1,0 +1,81 @@
+"""Model runs against an OpenAI-compatible endpoint, and imports of output made elsewhere.
+
+A run (models/generate.py) stores every raw reply before anything else happens to it, judges
+each turn and feeds the verdict back for the next; the same request again resumes. Several
+context levels make one run each. An import (models/importer.py) checks a whole JSONL file
+before writing any of it, then judges what it stored.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from ptxbench.models.client import EndpointError
+from ptxbench.models.generate import Progress, RunConfig, RunMismatch, RunReport, run_model
+from ptxbench.models.importer import ImportFileError, ImportReport, import_file
+from ptxbench.services.catalogue import CONTEXT_LEVELS, tasks_for
+from ptxbench.services.errors import UsageError
+from ptxbench.services.hardware import gpu_wanted
+
+__all__ = ["EndpointError", "ImportFileError", "RunMismatch", "RunReport", "ImportReport", "Progress",
+           "open_store", "run_configs", "run", "import_responses"]
+
+
+def open_store(path: Path | None) -> sqlite_utils.Database:
+    """The store a run or an import writes: `path`, or the default store (created and seeded)."""
+    from ptxbench.db.seed import ensure_default_store
+
+    return ensure_default_store(path)
+
+
+def run_configs(*, model: str, base_url: str, tasks: str = "all", arch: str | None = None, context: str = "none",
+                gpu: str = "auto", api_key_env: str | None = None, run_name: str | None = None,
+                **options: Any) -> list[RunConfig]:
+    """One RunConfig per context level (`context` is comma-separated). UsageError for a bad level,
+    task list, `--gpu` mode, missing key variable, or one run name for several runs. `options` are
+    the rest of RunConfig's fields (samples, turns, temperature …)."""
+    levels = [c.strip() for c in context.split(",") if c.strip()]
+    if not levels or any(c not in CONTEXT_LEVELS for c in levels):
+        raise UsageError(f"--context: {context!r}: use none, brief, full (comma-separated)")
+    if gpu not in ("auto", "on", "off"):
+        raise UsageError("--gpu: use auto, on or off")
+    if api_key_env and api_key_env not in os.environ:
+        raise UsageError(f"--api-key-env: the environment variable {api_key_env} is not set")
+    if run_name and len(levels) > 1:
+        raise UsageError("--run-name: one name cannot name several runs; give one context")
+    try:
+        task_list = tasks_for(tasks, arch)
+    except UsageError as exc:
+        raise UsageError(f"{'--arch' if str(exc).startswith('no tasks') else '--tasks'}: {exc}") from None
+    try:
+        use_gpu = gpu_wanted(gpu)
+    except UsageError as exc:
+        raise UsageError(f"--gpu: {exc}") from None
+    return [RunConfig(model=model, base_url=base_url, tasks=tuple(task_list), context=level, api_key_env=api_key_env,
+                      run_name=run_name, gpu=use_gpu, **options) for level in levels]
+
+
+def run(db: sqlite_utils.Database, config: RunConfig, progress: Progress | None = None) -> RunReport:
+    """One run: ask, store, judge, feed back. Raises RunMismatch (a resumed run made with other
+    prompts), EndpointError (the endpoint refused the run), StoreError."""
+    return run_model(db, config, progress=progress)
+
+
+def import_responses(path: Path, *, db_path: Path | None = None, judge: bool = True, gpu: str = "auto",
+                     progress: Progress | None = None) -> ImportReport:
+    """Check, store and (by default) judge a JSONL file. UsageError for a bad `gpu` mode or a missing
+    file (checked before any store is opened); ImportFileError lists every bad line, and nothing is
+    written then; StoreError for a store that will not open."""
+    if gpu not in ("auto", "on", "off"):
+        raise UsageError("--gpu: use auto, on or off")
+    if not path.is_file():
+        raise UsageError(f"{path}: no such file")
+    try:
+        use_gpu = gpu_wanted(gpu) if judge else False
+    except UsageError as exc:
+        raise UsageError(f"--gpu: {exc}") from None
+    return import_file(open_store(db_path), path, judge=judge, gpu=use_gpu, progress=progress)
