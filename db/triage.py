@@ -169,7 +169,7 @@ def sample_page(conn: sqlite3.Connection, flt: SampleFilter, sort: Sort = Sort()
                 limit: int = 200) -> browse.Page:
     """One page of samples in the table's order (rows are SampleLine)."""
     ids = sorted_ids(conn, flt, sort, offset, limit)
-    return browse.Page(rows=lines_for(conn, ids, flt.text), offset=offset, limit=limit)  # type: ignore[arg-type]
+    return browse.Page(rows=lines_for(conn, ids, flt.text), offset=offset, limit=limit)
 
 
 def _evidence_parts(text: str) -> tuple[Any, Any, Any, Any]:

@@ -95,7 +95,7 @@ def check_launches(candidate: Candidate | None, task: TaskSpec, ptx: str, *, arc
         try:
             resolved = resolve(manifest, task, s, num_sms)
         except (ManifestError, LaunchConfigError) as exc:
-            out.sizes.append(SizeCheck(split, dict(s), exc.category, str(exc)))  # type: ignore[attr-defined]
+            out.sizes.append(SizeCheck(split, dict(s), exc.category, str(exc)))
             continue
         problems = param_problems(resolved, ptx) or _launch_problems(resolved, bounds, resources, max_shared, arch)
         if problems:

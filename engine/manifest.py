@@ -452,7 +452,7 @@ def resolve(manifest: Manifest, task: TaskSpec, sizes: Mapping[str, int], num_sm
         block = env.dims(launch.block, f"{where}.block", 3)  # type: ignore[arg-type]
         cluster = env.dims(launch.cluster or (1, 1, 1), f"{where}.cluster", 3)
         smem = env.integer(launch.shared_bytes if launch.shared_bytes is not None else 0, f"{where}.shared_bytes")
-        _check_launch(where, grid, block, cluster, smem)  # type: ignore[arg-type]
+        _check_launch(where, grid, block, cluster, smem)
         args = tuple(_resolve_arg(a, f"{where}.args[{j}]", buffers, tmaps, env)
                      for j, a in enumerate(launch.args or ()))
         launches.append(ResolvedLaunch(launch.entry, grid, block, cluster, smem, args))  # type: ignore[arg-type]

@@ -52,7 +52,7 @@ def fill_candidate(db: sqlite_utils.Database, sample: Sample) -> ExtractResult:
     extracted = candidate_of(sample)
     if sample.language == "none" and extracted.ok and extracted.candidate is not None:
         c = extracted.candidate
-        updated = set_sample_candidate(db, sample.id, c.language, c.code, manifest_dict(c))  # type: ignore[arg-type]
+        updated = set_sample_candidate(db, sample.id, c.language, c.code, manifest_dict(c))
         sample.language, sample.code, sample.manifest = updated.language, updated.code, updated.manifest
         sample.content_hash = updated.content_hash
     return extracted

@@ -25,6 +25,7 @@ from ptxbench.db.store import StoreError
 DEFAULT_THEME = "ptxbench"  # themes/ptxbench.py; not imported here, it pulls in Textual
 
 if TYPE_CHECKING:
+    from ptxbench.db.browse_summary import Cell, Facets
     from ptxbench.tui.application import PtxbenchApp
 
 EXIT_STORE = 2
@@ -52,10 +53,10 @@ class Prefetch:
             self.cached = summary_cache.cached(self.reader)
             if self.cached is None:
                 self.fresh = summary_cache.compute(self.reader)
-        except Exception as exc:  # noqa: BLE001 - handed to the app, which shows it
+        except Exception as exc:  # handed to the app, which shows it
             self.error = exc
 
-    def take(self) -> tuple[tuple, bool]:
+    def take(self) -> tuple[tuple[list[Cell], Facets], bool]:
         """(summary, whether it is the saved one): the app re-reads a saved one after the first paint."""
         self.thread.join()
         if self.error is not None:

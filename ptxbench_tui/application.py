@@ -11,6 +11,7 @@ StoreBanner."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 from textual import work
 from textual.app import App
@@ -29,11 +30,15 @@ from ptxbench.tui.messages import (
 )
 from ptxbench.tui.screens.overview import OverviewScreen
 
+if TYPE_CHECKING:
+    from ptxbench.tui.screens.live import LiveScreen
+    from ptxbench.tui.screens.samples import SamplesScreen
 
-def _lazy(module: str, name: str):  # noqa: ANN202
+
+def _lazy(module: str, name: str):
     """A screen factory that imports its view on first use (startup imports only the overview)."""
 
-    def make():  # noqa: ANN202
+    def make():
         import importlib
 
         return getattr(importlib.import_module(f"ptxbench.tui.screens.{module}"), name)()
@@ -71,7 +76,7 @@ class PtxbenchApp(Labelling, App[int]):
     # (text, is it an error): what StoreBanner shows above every view; "" hides it.
     store_notice: reactive[tuple[str, bool]] = reactive(("", False))
 
-    def __init__(self, config: Config, reader: StoreReader | None = None, prefetch=None) -> None:  # noqa: ANN001 - app.Prefetch
+    def __init__(self, config: Config, reader: StoreReader | None = None, prefetch=None) -> None:
         super().__init__()
         self._prefetch = prefetch
         self.config = config
@@ -129,7 +134,7 @@ class PtxbenchApp(Labelling, App[int]):
         where the first views do not read says so at once."""
         try:
             self.reader.check()
-        except Exception as exc:  # noqa: BLE001 - reported, never fatal
+        except Exception as exc:  # reported, never fatal
             self.post_message(StoreFailed(str(exc)))
 
     def action_toggle_newest(self) -> None:
@@ -149,11 +154,11 @@ class PtxbenchApp(Labelling, App[int]):
         try:
             if prefetch is not None:
                 # Started before Textual was imported: usually done by now.
-                summary, saved = prefetch.take()
-                self.post_message(CellsLoaded(*summary, saved=saved))
+                (cells, facets), saved = prefetch.take()
+                self.post_message(CellsLoaded(cells, facets, saved=saved))
                 return
             self.post_message(CellsLoaded(*summary_cache.compute(self.reader), recheck=recheck))
-        except Exception as exc:  # noqa: BLE001 - a store that breaks while open is reported, not fatal
+        except Exception as exc:  # a store that breaks while open is reported, not fatal
             self.post_message(StoreFailed(str(exc)))
 
     def on_cells_loaded(self, message: CellsLoaded) -> None:
@@ -178,7 +183,7 @@ class PtxbenchApp(Labelling, App[int]):
     # -- navigation --------------------------------------------------------------------
     async def on_show_samples(self, message: ShowSamples) -> None:
         await self.switch_mode("samples")
-        screen = self.get_screen("samples")
+        screen = cast("SamplesScreen", self.get_screen("samples"))
         while self.screen is not screen:
             self.pop_screen()
         screen.apply_filter(message.filter)
@@ -196,7 +201,7 @@ class PtxbenchApp(Labelling, App[int]):
             self.pop_screen()
         if self.current_mode != "samples":
             await self.switch_mode("samples")
-        self.get_screen("samples").step(backwards=message.backwards, from_sample=message.sample_id, open_it=True)
+        cast("SamplesScreen", self.get_screen("samples")).step(backwards=message.backwards, from_sample=message.sample_id, open_it=True)
 
     def ask_labels(self, sample_ids: list[int]) -> None:
         """One label for several selected samples: each gets its own row in `labels` (labelling.py)."""
@@ -205,7 +210,7 @@ class PtxbenchApp(Labelling, App[int]):
         if not self.can_write("labels"):
             return
 
-        def saved(choice) -> None:  # noqa: ANN001 - dialogs.LabelChoice | None
+        def saved(choice) -> None:
             if choice is None:
                 return
             for i, sid in enumerate(sample_ids):
@@ -244,7 +249,7 @@ class PtxbenchApp(Labelling, App[int]):
 
     async def start_reverify(self, ids: list[int]) -> None:
         await self.switch_mode("live")
-        screen = self.get_screen("live")
+        screen = cast("LiveScreen", self.get_screen("live"))
         screen.enqueue(ids, start=True)
 
     def action_help(self) -> None:

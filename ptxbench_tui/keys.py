@@ -14,7 +14,7 @@ holds the registry to that.
 
 from __future__ import annotations
 
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 
 VIEWS = Binding.Group("Views", compact=True)
 VIEW_IDS = frozenset(f"app.{m}" for m in ("overview", "tasks", "samples", "triage", "compare", "live", "plots", "fixit"))
@@ -181,7 +181,7 @@ KEY_NAMES = {
 }
 
 
-def bindings(scope: str) -> list[Binding]:
+def bindings(scope: str) -> list[BindingType]:
     return list(_SCOPES[scope])
 
 

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import getpass
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from textual import work
+from textual.app import App
 
 from ptxbench.db import browse
 from ptxbench.db.records import Label
@@ -37,12 +39,29 @@ class UnsavedLabel:
         return f"sample {lab.sample_id}: " + " · ".join(p for p in parts if p)
 
 
-class Labelling:
+# A mixin of the App: typed as one, a plain class at run time (PtxbenchApp brings App itself).
+if TYPE_CHECKING:
+    from ptxbench.db.reader import StoreReader
+
+    _App = App[int]
+else:
+    _App = object
+
+
+class Labelling(_App):
     """The App's side of labels (a mixin of PtxbenchApp, which has `reader`)."""
 
     unsaved: list[UnsavedLabel]
+    if TYPE_CHECKING:  # what PtxbenchApp provides
+        reader: StoreReader
 
-    def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003 - passed on to App
+        def can_write(self, what: str) -> bool: ...
+
+        def reload_store(self) -> None: ...
+
+        def update_notice(self) -> None: ...
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.unsaved = []
         self._label_keys = 0
@@ -74,7 +93,7 @@ class Labelling:
         """One sample's detail, read in a worker thread; a failure is reported, not raised."""
         try:
             detail = self.reader.read(browse.sample_detail, sample_id)
-        except Exception as exc:  # noqa: BLE001 - a store that breaks while open is reported
+        except Exception as exc:  # a store that breaks while open is reported
             self.post_message(StoreFailed(str(exc)))
             return None
         if detail is None:
@@ -133,7 +152,7 @@ class Labelling:
             except StoreLocked:
                 self.post_message(LabelsFlushed(error="another writer holds the store"))
                 return
-            except Exception as exc:  # noqa: BLE001 - damaged, gone, …: kept, and tried again
+            except Exception as exc:  # damaged, gone, …: kept, and tried again
                 self.post_message(LabelsFlushed(error=str(exc)))
                 return
             self.post_message(LabelSaved(item.key, item.label.sample_id, item.what))
@@ -182,5 +201,5 @@ class Labelling:
 def _author() -> str:
     try:
         return getpass.getuser()
-    except Exception:  # noqa: BLE001 - no login name in some containers
+    except Exception:  # no login name in some containers
         return "unknown"

@@ -183,7 +183,7 @@ def run_batch(store: sqlite_utils.Database, ids: list[int], progress: ev.Sink, *
                     progress.emit(ev.Error(sample_id=sid, message=message, evaluation_id=error_row.id))
                     continue
                 judged += 1
-                progress.emit(ev.Result(sample_id=sid, evaluation_id=row.id, category=row.category,  # type: ignore[arg-type]
+                progress.emit(ev.Result(sample_id=sid, evaluation_id=row.id, category=row.category,
                                         status=row.status, speedup=row.speedup, time_ms=row.time_ms))
             cancelled = stopping.requested and judged + failed < len(ids)
     finally:

@@ -118,7 +118,7 @@ class Repairer:
             cfg = self.config
             model = get_or_create_model(self.db, f"{cfg.model} (fixit repair)", kind="model",
                                         source=f"model:{cfg.model} via {cfg.base_url}", endpoint=cfg.base_url)
-            run = create_run(self.db, Run(model_id=model.id, name=f"fixit repair · {cfg.model} · {level}",  # type: ignore[arg-type]
+            run = create_run(self.db, Run(model_id=model.id, name=f"fixit repair · {cfg.model} · {level}",
                                           source="ptxbench fixit repair", context_level=level,
                                           prompt_version=PROMPT_VERSION,
                                           params={"base_url": cfg.base_url, "turns": cfg.turns, "gpu": cfg.gpu,
@@ -185,7 +185,7 @@ class Repairer:
                 self.report.errors.append({"failed_sample_id": failed.id, "turn": turn, "error": str(exc)})
                 self.report.failed += 1
                 return
-            evaluation = add_judgement(self.db, judged, sample.id, REPAIR_EVALUATION_SOURCE)  # type: ignore[arg-type]
+            evaluation = add_judgement(self.db, judged, sample.id, REPAIR_EVALUATION_SOURCE)
             self.report.categories[evaluation.category] += 1
             repaired = load_sample(self.db, sample.id)
             assert repaired is not None
@@ -197,13 +197,13 @@ class Repairer:
                 pair = Pair(failed, repaired, "repair")
                 written = clean_model_explanation(_prose(result.content))
                 fix = add_fix(self.db, Fix(
-                    failed_sample_id=failed.id, fixed_sample_id=sample.id,  # type: ignore[arg-type]
+                    failed_sample_id=failed.id, fixed_sample_id=sample.id,
                     explanation=written or derived_explanation(pair),
                     explanation_source=f"model:{cfg.model} (repair reply)" if written else DERIVED_SOURCE,
                     source=f"{REPAIR_SOURCE_PREFIX}model:{cfg.model}" + ("" if repaired.verification == GPU_VERIFIED
                                                                         else " (static only)")))
                 self.report.repaired += 1
-                self.report.fixes.append(fix.id)  # type: ignore[arg-type]
+                self.report.fixes.append(fix.id)
                 return
             if repaired.verification == STATIC_ONLY:
                 self.report.unverified += 1  # passes statically; with no GPU it cannot count

@@ -133,7 +133,7 @@ def from_wire(obj: dict[str, Any]) -> Event:
     # Annotations are strings here (postponed evaluation); an optional one has no neutral value but None.
     neutral = {"int": 0, "bool": False, "str": ""}
     values = {f.name: obj[f.name] if f.name in obj else neutral.get(str(f.type)) for f in fields(cls)}
-    return cls(**values)  # type: ignore[no-any-return]
+    return cls(**values)
 
 
 def parse_line(text: str) -> Event | None:

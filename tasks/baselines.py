@@ -178,7 +178,7 @@ def _direct_cudnn_backward(q: Tensor, k: Tensor, v: Tensor, do: Tensor, causal: 
 
 def _flash_attn(task: TaskSpec, inputs: Tensors, backward: bool) -> Baseline | None:
     try:
-        from flash_attn import flash_attn_func  # type: ignore[import-not-found]
+        from flash_attn import flash_attn_func
     except ImportError:
         return None
     if not _on_cuda(inputs):

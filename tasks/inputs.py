@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ptxbench.tasks.dtypes import torch_dtype
 from ptxbench.tasks.spec import TaskSpec
 
 if TYPE_CHECKING:
@@ -30,21 +31,6 @@ if TYPE_CHECKING:
 
 SPIKE_PROBABILITY = 1e-3
 SPIKE_STD = 10.0
-
-_TORCH_DTYPES = {
-    "bf16": "bfloat16", "f16": "float16", "f32": "float32", "f64": "float64",
-    "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2",
-    "i8": "int8", "i32": "int32", "i64": "int64", "u8": "uint8", "u32": "uint32",
-}
-
-
-def torch_dtype(name: str) -> torch.dtype:
-    import torch
-
-    if name not in _TORCH_DTYPES:
-        raise KeyError(f"unknown dtype {name!r} (known: {', '.join(_TORCH_DTYPES)})")
-    return getattr(torch, _TORCH_DTYPES[name])
-
 
 def draw(shape: tuple[int, ...], distribution: str, gen: torch.Generator, device: str | torch.device) -> Tensor:
     """float32 values from one of the named distributions."""

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ptxbench.tasks.expr import ExprError, check_condition, evaluate, evaluate_int, names_in
-from ptxbench.tasks.spec import (
+from ptxbench.tasks.records import (
     ARCHES,
     BASELINES,
     BUILTIN_NAMES,

@@ -15,6 +15,7 @@ import math
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
+from ptxbench.tasks.dtypes import torch_dtype
 from ptxbench.tasks.spec import TaskSpec
 
 if TYPE_CHECKING:
@@ -186,8 +187,6 @@ def derive_inputs(task: TaskSpec, inputs: Tensors) -> Tensors:
         return dict(inputs)
     if task.operation not in ("attn_bwd", "attn_bwd_causal"):
         raise KeyError(f"{task.source}: no rule derives {[t.name for t in derived]} for {task.operation!r}")
-    from ptxbench.tasks.inputs import torch_dtype
-
     o, lse = attention_forward(inputs["Q"], inputs["K"], inputs["V"], task.operation.endswith("_causal"))
     made = {"O": o, "LSE": lse}
     out = {}

@@ -2,26 +2,21 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
-
 from textual import events
 from textual.app import ComposeResult
 from textual.screen import Screen
 
+from ptxbench.tui.host import ExplorerHost, host
 from ptxbench.tui.widgets.common import FilterPanel, ModeBar
 from ptxbench.tui.widgets.key_bar import KeyBar
 from ptxbench.tui.widgets.store_banner import StoreBanner
-
-if TYPE_CHECKING:
-    from ptxbench.tui.application import PtxbenchApp
-
 
 class ViewScreen(Screen):
     MODE = ""
 
     @property
-    def ptx(self) -> "PtxbenchApp":
-        return cast("PtxbenchApp", self.app)
+    def ptx(self) -> ExplorerHost:
+        return host(self)
 
     def compose(self) -> ComposeResult:
         yield ModeBar(self.MODE)

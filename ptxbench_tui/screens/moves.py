@@ -8,16 +8,25 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual import work
+from textual.screen import Screen
 
 from ptxbench.db import triage
+from ptxbench.tui.host import host
 from ptxbench.tui.kernel_files import open_in_editor, write_table
 from ptxbench.tui.messages import StoreFailed
 
 
-class KernelMoves:
+# A mixin of screens: typed as one, a plain class at run time (the screen brings its own base).
+if TYPE_CHECKING:
+    _Screen = Screen
+else:
+    _Screen = object
+
+
+class KernelMoves(_Screen):
     """A mixin for screens (it uses `self.app`, `self.notify`, workers)."""
 
     def move_targets(self) -> list[int]:
@@ -38,21 +47,21 @@ class KernelMoves:
             if column is not None:
                 self.set_sort(column)
 
-        self.app.push_screen(SortDialog(columns, current, descending, where), chosen)  # type: ignore[attr-defined]
+        self.app.push_screen(SortDialog(columns, current, descending, where), chosen)
 
     def action_filter(self) -> None:
         from ptxbench.tui.widgets.common import FilterPanel
 
-        self.query_one(FilterPanel).open()  # type: ignore[attr-defined]
+        self.query_one(FilterPanel).open()
 
     def action_copy_id(self) -> None:
         ids = self.move_targets()
         if not ids:
-            self.notify("No sample here to copy.")  # type: ignore[attr-defined]
+            self.notify("No sample here to copy.")
             return
         text = " ".join(str(i) for i in ids)
-        self.app.copy_to_clipboard(text)  # type: ignore[attr-defined]
-        self.notify(f"Copied {'ids ' if len(ids) > 1 else 'id '}{text}")  # type: ignore[attr-defined]
+        self.app.copy_to_clipboard(text)
+        self.notify(f"Copied {'ids ' if len(ids) > 1 else 'id '}{text}")
 
     def action_copy_code(self) -> None:
         if ids := self.move_targets()[:1]:
@@ -65,22 +74,22 @@ class KernelMoves:
     @work(thread=True, exclusive=True, group="kernel-move", exit_on_error=False, description="read kernels")
     def read_codes(self, ids: list[int], then: Callable[[dict[int, str]], None]) -> None:
         try:
-            codes = self.app.reader.read(triage.sample_codes, ids)  # type: ignore[attr-defined]
-        except Exception as exc:  # noqa: BLE001 - reported, the view stays usable
-            self.post_message(StoreFailed(f"kernel: {exc}"))  # type: ignore[attr-defined]
+            codes = host(self).reader.read(triage.sample_codes, ids)
+        except Exception as exc:  # reported, the view stays usable
+            self.post_message(StoreFailed(f"kernel: {exc}"))
             return
-        self.app.call_from_thread(then, {i: codes[i] for i in ids if i in codes})  # type: ignore[attr-defined]
+        self.app.call_from_thread(then, {i: codes[i] for i in ids if i in codes})
 
     def _copy_code(self, codes: dict[int, str]) -> None:
         for sid, code in codes.items():
-            self.app.copy_to_clipboard(code)  # type: ignore[attr-defined]
-            self.notify(f"Copied sample {sid}'s PTX ({len(code.splitlines()):,} lines)")  # type: ignore[attr-defined]
+            self.app.copy_to_clipboard(code)
+            self.notify(f"Copied sample {sid}'s PTX ({len(code.splitlines()):,} lines)")
 
     def _edit(self, codes: dict[int, str]) -> None:
         files = [(f"sample-{sid}.ptx", code) for sid, code in codes.items()]
-        error = open_in_editor(self.app, files, line=self.editor_line())  # type: ignore[attr-defined]
+        error = open_in_editor(self.app, files, line=self.editor_line())
         if error:
-            self.notify(error, severity="warning")  # type: ignore[attr-defined]
+            self.notify(error, severity="warning")
 
     # -- exports -----------------------------------------------------------------------
     def ask_export(self, what: str, describe: str, produce: Callable[[Path, str], int]) -> None:
@@ -88,11 +97,11 @@ class KernelMoves:
         writes the file and says how many rows)."""
         from ptxbench.tui.screens.pickers import ExportDialog
 
-        def chosen(choice) -> None:  # noqa: ANN001 - pickers.ExportChoice | None
+        def chosen(choice) -> None:
             if choice is not None:
                 self.write_export(choice.path, choice.fmt, produce)
 
-        self.app.push_screen(ExportDialog(what, describe), chosen)  # type: ignore[attr-defined]
+        self.app.push_screen(ExportDialog(what, describe), chosen)
 
     def export_rows(self, what: str, describe: str, columns: Sequence[str], rows: Iterable[dict[str, Any]]) -> None:
         """Export rows already in memory (a table the view computed)."""
@@ -103,7 +112,7 @@ class KernelMoves:
     def write_export(self, path: Path, fmt: str, produce: Callable[[Path, str], int]) -> None:
         try:
             n = produce(path, fmt)
-        except Exception as exc:  # noqa: BLE001 - a path that cannot be written is said, not fatal
-            self.post_message(StoreFailed(f"export: {exc}"))  # type: ignore[attr-defined]
+        except Exception as exc:  # a path that cannot be written is said, not fatal
+            self.post_message(StoreFailed(f"export: {exc}"))
             return
-        self.app.call_from_thread(self.notify, f"Wrote {n:,} rows to {path}")  # type: ignore[attr-defined]
+        self.app.call_from_thread(self.notify, f"Wrote {n:,} rows to {path}")

@@ -18,6 +18,7 @@ from textual.widgets import DataTable, Static, TabbedContent, TabPane
 from ptxbench.db import browse
 from ptxbench.engine.categories import DESCRIPTIONS, Category
 from ptxbench.tui import keys
+from ptxbench.tui.host import host
 from ptxbench.tui.marks import ptx_marker, sass_marker
 from ptxbench.tui.messages import DetailLoaded, Reverify, ShowDiff, StepUnlabelled, StoreFailed
 from ptxbench.tui.screens.moves import KernelMoves
@@ -202,8 +203,8 @@ class SampleScreen(KernelMoves, Screen):
     @work(thread=True, exclusive=True, group="sample-detail", exit_on_error=False, description="sample detail")
     def load(self) -> None:
         try:
-            detail = self.app.reader.read(browse.sample_detail, self.sample_id)  # type: ignore[attr-defined]
-        except Exception as exc:  # noqa: BLE001
+            detail = host(self).reader.read(browse.sample_detail, self.sample_id)
+        except Exception as exc:
             self.post_message(StoreFailed(f"sample {self.sample_id}: {exc}"))
             return
         self.post_message(DetailLoaded(detail))
@@ -366,10 +367,10 @@ class SampleScreen(KernelMoves, Screen):
         self.notify(f"Copied sample {self.sample_id}'s {'SASS' if sass else 'PTX'} ({len(text.splitlines()):,} lines)")
 
     def action_label(self) -> None:
-        self.app.ask_label(self.sample_id)  # type: ignore[attr-defined]
+        host(self).ask_label(self.sample_id)
 
     def action_fixit(self) -> None:
-        self.app.toggle_fixit(self.sample_id)  # type: ignore[attr-defined]
+        host(self).toggle_fixit(self.sample_id)
 
     def action_reverify(self) -> None:
         self.post_message(Reverify([self.sample_id]))
