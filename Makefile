@@ -9,7 +9,7 @@ $(BIN)/ptxbench: pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
-.PHONY: setup explore test bench gpu-suite
+.PHONY: setup explore test lint lint-tree bench gpu-suite
 setup: $(BIN)/ptxbench
 
 explore: setup
@@ -17,6 +17,23 @@ explore: setup
 
 test: setup
 	$(BIN)/pytest -q
+
+# Lint: ruff (check over the tree; format on the files already formatted), mypy, import-linter's
+# contracts (pyproject.toml). mypy reads the installed names through a tree of links, .lint/ptxbench/.
+# The tree moves to ruff format file by file: add a file to FORMATTED when it is formatted.
+PACKAGES := engine:engine tasks:tasks db:db fixit:fixit models:models services:services cli:cli tui:ptxbench_tui themes:themes
+FORMATTED := $(filter-out services/fixit_models.py,$(wildcard services/*.py)) cli/conventions.py engine/arch.py tasks/dtypes.py \
+	ptxbench_tui/host.py tests/test_services.py tests/test_contracts.py
+
+lint-tree:
+	@mkdir -p .lint/ptxbench
+	@for m in $(PACKAGES); do ln -sfn ../../$${m#*:} .lint/ptxbench/$${m%%:*}; done
+
+lint: setup lint-tree
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check $(FORMATTED)
+	$(BIN)/mypy .lint/ptxbench
+	$(BIN)/lint-imports
 
 bench: setup
 	$(BIN)/python benchmarks/static_cost.py

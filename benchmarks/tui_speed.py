@@ -140,8 +140,8 @@ def child(store: Path, mode: str, *args: str, cold: bool = False) -> tuple[dict,
 async def painted(pilot) -> None:
     """Let pending messages run, then render the frame now. (pilot.pause() would also wait for the
     CPU to go idle, i.e. for background work the user never waits on, like the row count.)"""
-    await pilot._wait_for_screen()  # noqa: SLF001
-    pilot.app.screen._on_timer_update()  # noqa: SLF001
+    await pilot._wait_for_screen()
+    pilot.app.screen._on_timer_update()
 
 
 async def settle(pilot) -> None:

@@ -19,18 +19,19 @@ import typer
 
 class ExitCode(IntEnum):
     OK = 0
-    TOOL = 1          # the tool, or the work it was asked to do, failed (a missing assembler, an endpoint error)
-    USAGE = 2         # a usage mistake: a bad option, a file that cannot be read, a store that will not open
-    UNFINISHED = 3    # `ptxbench run`: some requests or judgements failed; run the same command to resume
-    REFUSED = 4       # `ptxbench run`: the endpoint refused the run (bad key, unknown model)
+    TOOL = 1  # the tool, or the work it was asked to do, failed (a missing assembler, an endpoint error)
+    USAGE = 2  # a usage mistake: a bad option, a file that cannot be read, a store that will not open
+    UNFINISHED = 3  # `ptxbench run`: some requests or judgements failed; run the same command to resume
+    REFUSED = 4  # `ptxbench run`: the endpoint refused the run (bad key, unknown model)
 
 
 def say_error(command: str, message: str) -> None:
     """`ptxbench <command>: error: <message>` on standard error."""
     from rich.console import Console
 
-    Console(stderr=True, highlight=False).print(f"ptxbench {command}: error: {message}", style="red", markup=False,
-                                                highlight=False, soft_wrap=True)
+    Console(stderr=True, highlight=False).print(
+        f"ptxbench {command}: error: {message}", style="red", markup=False, highlight=False, soft_wrap=True
+    )
 
 
 def fail(command: str, message: str, code: ExitCode = ExitCode.USAGE) -> typer.Exit:

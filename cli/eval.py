@@ -19,7 +19,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ptxbench.cli.conventions import ExitCode, fail
+from ptxbench.cli.conventions import fail
 from ptxbench.services import progress as ev
 
 

@@ -65,7 +65,7 @@ def report_command(
     group_by = _split_list(by) or []
     try:
         budgets = [int(b) for b in _split_list(turn_budgets) or []]
-        run_ids = [int(r) for r in _split_list(run)] if run else None
+        run_ids = [int(r) for r in _split_list(run) or []] if run else None
     except ValueError:
         raise fail("report", "--turn-budgets and --run take integers") from None
     if not budgets or min(budgets) < 1:

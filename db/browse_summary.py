@@ -195,7 +195,7 @@ def overview(all_cells: list[Cell], flt: OverviewFilter = OverviewFilter(), *, b
         g[9] += c.log_speedup_n
     rows = []
     for key, (n, judged, skipped, comp, corr, uses, fast, best, logsum, logn) in groups.items():
-        rate = lambda pair: pair[0] / pair[1] if pair[1] else None  # noqa: E731
+        rate = lambda pair: pair[0] / pair[1] if pair[1] else None
         geo = math.exp(logsum / logn) if logn else None
         rows.append(OverviewRow(*key, n, judged, skipped, rate(comp), rate(corr), rate(uses), rate(fast), best, geo))
     return rows
@@ -213,7 +213,7 @@ class Facets:
 
 
 def facets(conn: sqlite3.Connection) -> Facets:
-    col = lambda sql: [r[0] for r in conn.execute(sql) if r[0] is not None]  # noqa: E731
+    col = lambda sql: [r[0] for r in conn.execute(sql) if r[0] is not None]
     levels = col("SELECT DISTINCT context_level FROM runs ORDER BY context_level")
     if "none" not in levels:
         levels.insert(0, "none")

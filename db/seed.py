@@ -238,10 +238,10 @@ def _seed_rows(db: sqlite_utils.Database, data: SeedData, report: SeedReport) ->
             declared = next((m for m in data.models if m.name == name), None)
             existing = get_model(db, name)
             if existing is not None:
-                model_ids[name] = existing.id
+                model_ids[name] = existing.id  # type: ignore[assignment]
             else:
                 info = declared.as_kwargs() if declared else {**BUILTIN_MODELS[name], "seed_key": f"model:{name}"}
-                model_ids[name] = get_or_create_model(db, name, **info).id
+                model_ids[name] = get_or_create_model(db, name, **info).id  # type: ignore[assignment]
                 report.models += 1
         return model_ids[name]
 
@@ -258,7 +258,7 @@ def _seed_rows(db: sqlite_utils.Database, data: SeedData, report: SeedReport) ->
         run = Run(model_id=model_id(r.model), name=r.name, source=r.source, context_level=r.context_level,
                   prompt_version=r.prompt_version, params=r.params, started_at=r.started_at or now_iso(),
                   finished_at=r.finished_at, seed_key=r.seed_key)
-        run_ids[r.seed_key] = create_run(db, run).id
+        run_ids[r.seed_key] = create_run(db, run).id  # type: ignore[assignment]
         report.runs += 1
 
     sample_ids: dict[str, int] = {}
@@ -278,7 +278,7 @@ def _seed_rows(db: sqlite_utils.Database, data: SeedData, report: SeedReport) ->
             parent_id=sample_ids[s.parent] if s.parent else None, tokens_in=s.tokens_in,
             tokens_out=s.tokens_out, latency_s=s.latency_s, created_at=s.created_at or "", seed_key=stored,
         ))
-        sample_ids[s.seed_key] = sample.id
+        sample_ids[s.seed_key] = sample.id  # type: ignore[assignment]
         report.samples += 1
 
     for e in data.evaluations:

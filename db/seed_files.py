@@ -148,7 +148,7 @@ class _Checker:
             if key not in required and key not in optional:
                 self.fail(f"{where}.{key}", f"unknown field (allowed: {', '.join(sorted({**required, **optional}))})")
                 ok = False
-        for key, kind in required.items():
+        for key in required:
             if key not in value:
                 self.fail(where, f"missing {key!r}")
                 ok = False

@@ -19,7 +19,7 @@ from typing import Any
 
 from ptxbench.db import browse
 from ptxbench.db.browse import _LATEST_LABEL_COL, _SAMPLE_COLUMNS, LEVEL, SampleFilter, SampleRow, sample_from, shown_join
-from ptxbench.db.browse_summary import NOTE_HELDOUT, TRIAGE_DIMENSIONS, VERDICT_NOTE, TriageTable
+from ptxbench.db.browse_summary import TRIAGE_DIMENSIONS, VERDICT_NOTE, TriageTable
 
 
 
@@ -100,7 +100,7 @@ def _order(sort: Sort) -> tuple[str, str]:
 
 def _query_parts(conn: sqlite3.Connection, flt: SampleFilter, sort: Sort, *, with_eval: bool = False) -> tuple[str, str, str, list[Any]]:
     """(joins, WHERE clause, ORDER BY terms, parameters) of the table's rows in the table's order."""
-    where, params, needs_eval = browse._where(flt, browse.find_fts(conn))  # noqa: SLF001 - browse's own filter
+    where, params, needs_eval = browse._where(flt, browse.find_fts(conn))
     joins, order = _order(sort)
     if needs_eval or with_eval or _E in joins:
         joins = _E + joins.replace(_E, "")  # once, and first: the filter's `e.` conditions read it too
@@ -157,7 +157,7 @@ def lines_for(conn: sqlite3.Connection, ids: list[int], search: str = "") -> lis
         r = rows.get(sid)
         if r is None:
             continue
-        base = browse._sample_row(r[:15])  # noqa: SLF001 - the same row browse reads
+        base = browse._sample_row(r[:15])
         line, text = matches.get(sid, (None, ""))
         parts = r[16:20] if r[20] is None else _evidence_parts(r[20])
         out.append(SampleLine(**base.__dict__, note=r[15] or "", labelled=bool(r[21]), snippet=snippet(*parts),
@@ -169,7 +169,7 @@ def sample_page(conn: sqlite3.Connection, flt: SampleFilter, sort: Sort = Sort()
                 limit: int = 200) -> browse.Page:
     """One page of samples in the table's order (rows are SampleLine)."""
     ids = sorted_ids(conn, flt, sort, offset, limit)
-    return browse.Page(rows=lines_for(conn, ids, flt.text), offset=offset, limit=limit)
+    return browse.Page(rows=lines_for(conn, ids, flt.text), offset=offset, limit=limit)  # type: ignore[arg-type]
 
 
 def _evidence_parts(text: str) -> tuple[Any, Any, Any, Any]:
@@ -342,10 +342,10 @@ def fixit_page(conn: sqlite3.Connection, *, sort: Sort | None, offset: int, limi
     rows = fixit_db.fixit_pairs(conn, **filters, limit=1 << 31)
     changes = fixit_db.fixit_changes(conn, [(r.failed_sample_id, r.fixed_sample_id) for r in rows])
     if sort.column == "Changes":
-        key = lambda r: changes_text(changes.get((r.failed_sample_id, r.fixed_sample_id), (False, False)))  # noqa: E731
+        key = lambda r: changes_text(changes.get((r.failed_sample_id, r.fixed_sample_id), (False, False)))
     else:
         attr = FIXIT_SORT_KEYS.get(sort.column, "fix_id")
-        key = lambda r: getattr(r, attr)  # noqa: E731
+        key = lambda r: getattr(r, attr)
     present = sorted((r for r in rows if key(r) is not None), key=key, reverse=sort.descending)
     ordered = present + [r for r in rows if key(r) is None]
     page = ordered[offset:offset + limit]

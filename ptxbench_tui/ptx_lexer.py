@@ -59,7 +59,7 @@ _IDENT = r"[A-Za-z_$][\w$]*"
 _MOD = r"\.[A-Za-z0-9_]+(?:::[A-Za-z0-9_]+)*"
 
 
-def _modifier_callback(lexer, match):  # noqa: ANN001
+def _modifier_callback(lexer, match):
     """One `.qualifier` (possibly `::`-joined): a type, a state space, a directive or a modifier."""
     text = match.group(0)
     word = text[1:]
@@ -73,7 +73,7 @@ def _modifier_callback(lexer, match):  # noqa: ANN001
         yield match.start(), Modifier, text
 
 
-def _opcode_callback(lexer, match):  # noqa: ANN001
+def _opcode_callback(lexer, match):
     text = match.group(0)
     yield match.start(), (FamilyOpcode if text in FAMILY_OPCODES else Opcode), text
 
@@ -195,7 +195,7 @@ TOKEN_ROLES: dict[object, str] = {
 }
 
 
-def role_of(token_type) -> str | None:  # noqa: ANN001
+def role_of(token_type) -> str | None:
     while token_type is not None:
         role = TOKEN_ROLES.get(token_type)
         if role is not None:

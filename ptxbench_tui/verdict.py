@@ -35,7 +35,7 @@ def verdict(category: str | None, note: str = "") -> str:
     return f"{category} · {NOTE_TEXT[note]}" if note in NOTE_TEXT else category
 
 
-def verdict_of(evaluation) -> str:  # noqa: ANN001 - a db.records.Evaluation (or None)
+def verdict_of(evaluation) -> str:
     if evaluation is None:
         return "never evaluated"
     return verdict(evaluation.category, note_of(evaluation.status, evaluation.correct, evaluation.correct_heldout))

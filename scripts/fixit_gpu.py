@@ -53,7 +53,7 @@ def versions() -> dict[str, Any]:
             from importlib.metadata import version
 
             out[name] = version(name)
-        except Exception:  # noqa: BLE001 - a missing package is reported, not fatal
+        except Exception:  # a missing package is reported, not fatal
             out[name] = None
     try:
         import torch
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run(args, preset, work, report, phase, left)
         report["ok"] = True
-    except Exception as exc:  # noqa: BLE001 - the report keeps what ran and why it stopped
+    except Exception as exc:  # the report keeps what ran and why it stopped
         report["ok"] = False
         report["error"] = f"{type(exc).__name__}: {exc}"
     save()

@@ -22,9 +22,9 @@ import sqlite_utils
 from ptxbench.services import progress as ev
 
 SOURCE = "ptxbench eval"
-PREFETCH = 4          # static stages of the next samples run on CPU threads while the GPU judges
+PREFETCH = 4  # static stages of the next samples run on CPU threads while the GPU judges
 EXIT_OK = 0
-EXIT_TOOL = 1         # the tool failed on every sample it tried (or the worker would not start)
+EXIT_TOOL = 1  # the tool failed on every sample it tried (or the worker would not start)
 
 
 class Stop(Protocol):
@@ -77,8 +77,9 @@ class StopFlag:
         pass
 
 
-def select_samples(db: sqlite_utils.Database, samples: list[int] | None, task: str | None, all_unjudged: bool,
-                   static_only: bool) -> list[int]:
+def select_samples(
+    db: sqlite_utils.Database, samples: list[int] | None, task: str | None, all_unjudged: bool, static_only: bool
+) -> list[int]:
     """The ids a batch judges: the ones named, or every sample of a task (or of the store), less
     the judged ones with `all_unjudged` (any evaluation counts with `static_only`, else a GPU one)."""
     from ptxbench.db.browse import SampleFilter, sample_ids
@@ -91,16 +92,27 @@ def select_samples(db: sqlite_utils.Database, samples: list[int] | None, task: s
     else:
         return []
     if all_unjudged:
+
         def judged(sid: int) -> bool:
             rows = evaluations_for(db, sid)
             return bool(rows) if static_only else any(e.status == "judged" and e.device for e in rows)
+
         ids = [i for i in ids if not judged(i)]
     return ids
 
 
-def run_batch(store: sqlite_utils.Database, ids: list[int], progress: ev.Sink, *, static_only: bool = False,
-              sanitize: bool = False, executed: bool = False, runner: Any = None, stop: Stop | None = None,
-              source: str = SOURCE) -> int:
+def run_batch(
+    store: sqlite_utils.Database,
+    ids: list[int],
+    progress: ev.Sink,
+    *,
+    static_only: bool = False,
+    sanitize: bool = False,
+    executed: bool = False,
+    runner: Any = None,
+    stop: Stop | None = None,
+    source: str = SOURCE,
+) -> int:
     """Judge `ids` in order, committing each row; returns 0, or EXIT_TOOL when the tool failed on
     every sample it tried. `stop` defaults to SIGTERM/SIGINT (which needs the main thread)."""
     from ptxbench.db.judgement import evaluation_records, tool_error_record
@@ -171,8 +183,16 @@ def run_batch(store: sqlite_utils.Database, ids: list[int], progress: ev.Sink, *
                     note("assemble", "begin")
                     static = futures.pop(sid).result()
                     note("inspect", "end", static.category)
-                    j = judge(static.candidate, spec, gpu=not static_only, sanitize=sanitize,
-                              executed=executed, runner=runner, static=static, progress=note)
+                    j = judge(
+                        static.candidate,
+                        spec,
+                        gpu=not static_only,
+                        sanitize=sanitize,
+                        executed=executed,
+                        runner=runner,
+                        static=static,
+                        progress=note,
+                    )
                     records = evaluation_records(j, sid, source)
                     row = add_evaluation(store, records.evaluation, records.measurements)
                 except (EngineError, WorkerUnavailable, KeyError, OSError, ValueError, RuntimeError) as exc:
@@ -183,8 +203,17 @@ def run_batch(store: sqlite_utils.Database, ids: list[int], progress: ev.Sink, *
                     progress.emit(ev.Error(sample_id=sid, message=message, evaluation_id=error_row.id))
                     continue
                 judged += 1
-                progress.emit(ev.Result(sample_id=sid, evaluation_id=row.id, category=row.category,
-                                        status=row.status, speedup=row.speedup, time_ms=row.time_ms))
+                assert row.id is not None  # committed just now
+                progress.emit(
+                    ev.Result(
+                        sample_id=sid,
+                        evaluation_id=row.id,
+                        category=row.category,
+                        status=row.status,
+                        speedup=row.speedup,
+                        time_ms=row.time_ms,
+                    )
+                )
             cancelled = stopping.requested and judged + failed < len(ids)
     finally:
         pool.shutdown(wait=False, cancel_futures=True)

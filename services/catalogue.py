@@ -30,14 +30,16 @@ def task_rows() -> list[dict[str, Any]]:
     for t in all_tasks():
         folder = t.expert_dir()
         kernel = folder / "kernel.ptx" if folder is not None else None
-        rows.append({
-            "id": t.id,
-            "title": t.title,
-            "arch": t.arch,
-            "families": list(t.families),
-            "baseline": t.baseline,
-            "expert": _relative(kernel) if kernel is not None and kernel.is_file() else None,
-        })
+        rows.append(
+            {
+                "id": t.id,
+                "title": t.title,
+                "arch": t.arch,
+                "families": list(t.families),
+                "baseline": t.baseline,
+                "expert": _relative(kernel) if kernel is not None and kernel.is_file() else None,
+            }
+        )
     return rows
 
 

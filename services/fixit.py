@@ -29,27 +29,54 @@ def open_store(db: Path | None) -> sqlite_utils.Database:
 
 # -- pairs ------------------------------------------------------------------------------------------
 
+
 @dataclass
 class PairsResult:
-    found: Any                     # fixit.pairing.Proposal: pairs, unverified, already_stored …
+    found: Any  # fixit.pairing.Proposal: pairs, unverified, already_stored …
     stored: list[Any] = field(default_factory=list)
     dry_run: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         found = self.found
         return {
-            **found.summary(), "stored": len(self.stored), "dry_run": self.dry_run,
-            "pairs_found": [{"failed": p.failed.id, "fixed": p.fixed.id, "kind": p.kind, "category": p.category,
-                             "task": p.task_id, "verification": p.verification} for p in found.pairs],
-            "unverified_pairs": [{"failed": p.failed.id, "fixed": p.fixed.id, "kind": p.kind, "task": p.task_id,
-                                  "why": "the fix passed the static stages only; run it on a GPU "
-                                         "(ptxbench eval) or pass --allow-static"} for p in found.unverified],
+            **found.summary(),
+            "stored": len(self.stored),
+            "dry_run": self.dry_run,
+            "pairs_found": [
+                {
+                    "failed": p.failed.id,
+                    "fixed": p.fixed.id,
+                    "kind": p.kind,
+                    "category": p.category,
+                    "task": p.task_id,
+                    "verification": p.verification,
+                }
+                for p in found.pairs
+            ],
+            "unverified_pairs": [
+                {
+                    "failed": p.failed.id,
+                    "fixed": p.fixed.id,
+                    "kind": p.kind,
+                    "task": p.task_id,
+                    "why": "the fix passed the static stages only; run it on a GPU "
+                    "(ptxbench eval) or pass --allow-static",
+                }
+                for p in found.unverified
+            ],
         }
 
 
-def find_pairs(db: sqlite_utils.Database, *, tasks: list[str] | None = None, models: list[str] | None = None,
-               kinds: list[str] | None = None, allow_static: bool = False, marked_only: bool = False,
-               dry_run: bool = False) -> PairsResult:
+def find_pairs(
+    db: sqlite_utils.Database,
+    *,
+    tasks: list[str] | None = None,
+    models: list[str] | None = None,
+    kinds: list[str] | None = None,
+    allow_static: bool = False,
+    marked_only: bool = False,
+    dry_run: bool = False,
+) -> PairsResult:
     """Find fix pairs for failed samples (a later turn, another sample of the same model, the expert)
     and store the verified ones with a derived explanation, unless `dry_run`."""
     from ptxbench.db.fixit import load_samples, store_pairs, stored_pairs
@@ -73,22 +100,36 @@ def find_pairs(db: sqlite_utils.Database, *, tasks: list[str] | None = None, mod
     return PairsResult(found, stored, dry_run)
 
 
-def repair_targets(db: sqlite_utils.Database, *, tasks: list[str] | None = None, allow_static: bool = False,
-                   include_fixed: bool = False, limit: int = 50) -> list[Any]:
+def repair_targets(
+    db: sqlite_utils.Database,
+    *,
+    tasks: list[str] | None = None,
+    allow_static: bool = False,
+    include_fixed: bool = False,
+    limit: int = 50,
+) -> list[Any]:
     """The failed samples a repair run asks about: model failures on the train sizes, without a
     counting fix (unless `include_fixed`), never a repair itself; at most `limit`."""
     from ptxbench.db.fixit import load_samples, stored_pairs
 
     tasks = require_tasks(tasks)
-    fixed = {p.failed.id for p in stored_pairs(db, task_ids=tasks, include_code=False)
-             if p.counts(allow_static=allow_static)}
-    targets = [s for s in load_samples(db, task_ids=tasks) if s.train_failure and s.model_kind != "expert"
-               and (include_fixed or s.id not in fixed) and not s.source.startswith("fixit repair of sample")]
+    fixed = {
+        p.failed.id for p in stored_pairs(db, task_ids=tasks, include_code=False) if p.counts(allow_static=allow_static)
+    }
+    targets = [
+        s
+        for s in load_samples(db, task_ids=tasks)
+        if s.train_failure
+        and s.model_kind != "expert"
+        and (include_fixed or s.id not in fixed)
+        and not s.source.startswith("fixit repair of sample")
+    ]
     return targets[:limit]
 
 
-def counting_pairs(db: sqlite_utils.Database, *, tasks: list[str] | None = None,
-                   allow_static: bool = False) -> list[Any]:
+def counting_pairs(
+    db: sqlite_utils.Database, *, tasks: list[str] | None = None, allow_static: bool = False
+) -> list[Any]:
     """The stored pairs that count (their fix passed on a GPU, or statically with `allow_static`)."""
     from ptxbench.db.fixit import stored_pairs
 
@@ -97,13 +138,14 @@ def counting_pairs(db: sqlite_utils.Database, *, tasks: list[str] | None = None,
 
 # -- export -----------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class ExportRequest:
     out: Path
     parquet: Path | None = None
     tasks: list[str] | None = None
-    cap_per_task: int = 200            # 0: no cap
-    cap_per_category: int = 100        # 0: no cap
+    cap_per_task: int = 200  # 0: no cap
+    cap_per_category: int = 100  # 0: no cap
     val_fraction: float = 0.1
     heldout_tasks: tuple[str, ...] = ()
     heldout_variants: tuple[str, ...] = ()
@@ -111,7 +153,7 @@ class ExportRequest:
     dedup_threshold: float = 0.9
     allow_static: bool = False
     context: str | None = None
-    explanation: str = "preferred"     # or "derived"
+    explanation: str = "preferred"  # or "derived"
     seed: int = 0
 
 
@@ -132,11 +174,17 @@ def export_set(db: sqlite_utils.Database, request: ExportRequest) -> tuple[dict[
         raise UsageError(f"{r.out.parent} is not a folder")
     require_tasks(list(r.heldout_tasks))
     try:
-        config = SelectConfig(cap_per_task=r.cap_per_task or None, cap_per_category=r.cap_per_category or None,
-                              val_fraction=r.val_fraction, heldout_tasks=tuple(r.heldout_tasks),
-                              heldout_variants=tuple(r.heldout_variants),
-                              heldout_size_failures=r.heldout_size_failures, dedup_threshold=r.dedup_threshold,
-                              allow_static=r.allow_static, seed=r.seed)
+        config = SelectConfig(
+            cap_per_task=r.cap_per_task or None,
+            cap_per_category=r.cap_per_category or None,
+            val_fraction=r.val_fraction,
+            heldout_tasks=tuple(r.heldout_tasks),
+            heldout_variants=tuple(r.heldout_variants),
+            heldout_size_failures=r.heldout_size_failures,
+            dedup_threshold=r.dedup_threshold,
+            allow_static=r.allow_static,
+            seed=r.seed,
+        )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     found = stored_pairs(db, task_ids=require_tasks(r.tasks))
@@ -149,8 +197,12 @@ def export_set(db: sqlite_utils.Database, request: ExportRequest) -> tuple[dict[
     stats = diversity_stats(examples, selection)
     stats["files"] = {"jsonl": str(r.out), "parquet": str(r.parquet) if r.parquet else None}
     stats["explanation"] = r.explanation
-    stats["dropped_pairs"] = [{"failed": p.failed.id, "fixed": p.fixed.id, "reason": why} for p, why in selection.dropped]
-    r.out.with_name(r.out.name.removesuffix(".jsonl") + ".stats.json").write_text(json.dumps(stats, indent=2, default=str))
+    stats["dropped_pairs"] = [
+        {"failed": p.failed.id, "fixed": p.fixed.id, "reason": why} for p, why in selection.dropped
+    ]
+    r.out.with_name(r.out.name.removesuffix(".jsonl") + ".stats.json").write_text(
+        json.dumps(stats, indent=2, default=str)
+    )
     save_export_stats(db, {k: v for k, v in stats.items() if k != "dropped_pairs"}, str(r.out))
     return stats, len(found)
 

@@ -49,6 +49,7 @@ def feedback_for(db: sqlite_utils.Database, sample: FixitSample) -> str | None:
         task = get_task(sample.task_id)
     except (KeyError, ValueError):
         return None
+    assert evaluation.id is not None  # read from the store
     return feedback_message(task, evaluation, measurements_for(db, evaluation.id), get_sample(db, sample.id))
 
 
@@ -118,12 +119,13 @@ class Repairer:
             cfg = self.config
             model = get_or_create_model(self.db, f"{cfg.model} (fixit repair)", kind="model",
                                         source=f"model:{cfg.model} via {cfg.base_url}", endpoint=cfg.base_url)
-            run = create_run(self.db, Run(model_id=model.id, name=f"fixit repair · {cfg.model} · {level}",
+            run = create_run(self.db, Run(model_id=model.id, name=f"fixit repair · {cfg.model} · {level}",  # type: ignore[arg-type]
                                           source="ptxbench fixit repair", context_level=level,
                                           prompt_version=PROMPT_VERSION,
                                           params={"base_url": cfg.base_url, "turns": cfg.turns, "gpu": cfg.gpu,
                                                   "temperature": cfg.temperature, "max_tokens": cfg.max_tokens}))
             self._runs[level] = run
+            assert run.id is not None  # written just now
             self.report.run_ids[level] = run.id
         return self._runs[level]
 
@@ -185,8 +187,9 @@ class Repairer:
                 self.report.errors.append({"failed_sample_id": failed.id, "turn": turn, "error": str(exc)})
                 self.report.failed += 1
                 return
-            evaluation = add_judgement(self.db, judged, sample.id, REPAIR_EVALUATION_SOURCE)
+            evaluation = add_judgement(self.db, judged, sample.id, REPAIR_EVALUATION_SOURCE)  # type: ignore[arg-type]
             self.report.categories[evaluation.category] += 1
+            assert sample.id is not None  # written just now
             repaired = load_sample(self.db, sample.id)
             assert repaired is not None
             event = {"event": "turn", "failed_sample_id": failed.id, "turn": turn, "sample_id": sample.id,
@@ -203,7 +206,7 @@ class Repairer:
                     source=f"{REPAIR_SOURCE_PREFIX}model:{cfg.model}" + ("" if repaired.verification == GPU_VERIFIED
                                                                         else " (static only)")))
                 self.report.repaired += 1
-                self.report.fixes.append(fix.id)
+                self.report.fixes.append(fix.id)  # type: ignore[arg-type]
                 return
             if repaired.verification == STATIC_ONLY:
                 self.report.unverified += 1  # passes statically; with no GPU it cannot count

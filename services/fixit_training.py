@@ -8,6 +8,7 @@ cannot be read, a UsageError.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +31,25 @@ def read_set(path: Path) -> list[Any]:
 def task_splits_of(examples: list[Any]) -> dict[str, list[str]]:
     """Train tasks and held-out tasks as the set split them (a task held out by size stays a train task)."""
     train = sorted({e.meta["task_id"] for e in examples if e.split in ("train", "val")})
-    held = sorted({e.meta["task_id"] for e in examples if e.split == "heldout"
-                   and not str(e.meta.get("heldout_reason") or "").startswith("fails only")} - set(train))
+    held = sorted(
+        {
+            e.meta["task_id"]
+            for e in examples
+            if e.split == "heldout" and not str(e.meta.get("heldout_reason") or "").startswith("fails only")
+        }
+        - set(train)
+    )
     return {"train": train, "heldout": held}
 
 
-def build_tiny(out: Path, *, data: Path | None = None, exclude_tasks: list[str] | None = None,
-               device: str | None = None, **config: Any) -> dict[str, Any]:
+def build_tiny(
+    out: Path,
+    *,
+    data: Path | None = None,
+    exclude_tasks: list[str] | None = None,
+    device: str | None = None,
+    **config: Any,
+) -> dict[str, Any]:
     """A small Llama-style checkpoint with a BPE tokenizer trained here on the PTX corpus (the expert
     kernels, and with `data` the set's train split). No held-out task's kernel is in the corpus:
     what the base model learns from must not include what it is later measured on. `config`:
@@ -54,8 +67,9 @@ def build_tiny(out: Path, *, data: Path | None = None, exclude_tasks: list[str] 
     extra = [m["content"] for e in examples if e.split == "train" for m in e.messages[2:]]
     excluded = set(exclude_tasks or ()) | set(task_splits_of(examples)["heldout"])
     try:
-        info = build_tiny_checkpoint(out, ptx_corpus(extra, exclude_tasks=excluded), TinyConfig(**config),
-                                     device=device)
+        info = build_tiny_checkpoint(
+            out, ptx_corpus(extra, exclude_tasks=excluded), TinyConfig(**config), device=device
+        )
     except TrainingError as exc:
         raise ToolError(str(exc)) from None
     return {"checkpoint": str(out), "corpus_excludes": sorted(excluded), **info}
@@ -75,8 +89,15 @@ def train(data: Path, model_dir: Path, out: Path, *, log: Any = None, **config: 
     return {k: v for k, v in report.to_dict().items() if k != "losses"}
 
 
-def remeasure(data: Path, model_dir: Path, adapter: Path, *, train_tasks: list[str] | None = None,
-              heldout_tasks: list[str] | None = None, **config: Any) -> tuple[dict[str, Any], str]:
+def remeasure(
+    data: Path,
+    model_dir: Path,
+    adapter: Path,
+    *,
+    train_tasks: list[str] | None = None,
+    heldout_tasks: list[str] | None = None,
+    **config: Any,
+) -> tuple[dict[str, Any], str]:
     """Base vs tuned on the train and held-out tasks (the set's, unless given): both generate for the
     task prompts and the set's repair conversations; the static engine judges every reply. Returns
     (the report, its side-by-side tables in Markdown). `config`: RemeasureConfig's fields."""
@@ -95,8 +116,10 @@ def remeasure(data: Path, model_dir: Path, adapter: Path, *, train_tasks: list[s
         raise UsageError(f"unknown task {', '.join(unknown)}")
     require_context(config.get("context", "brief"))
     try:
-        report = run_remeasure(str(model_dir), str(adapter), task_splits=splits, examples=examples,
-                               config=RemeasureConfig(**config))
+        wanted: dict[str, Sequence[str]] = dict(splits)
+        report = run_remeasure(
+            str(model_dir), str(adapter), task_splits=wanted, examples=examples, config=RemeasureConfig(**config)
+        )
     except TrainingError as exc:
         raise ToolError(str(exc)) from None
     return report, report_markdown(report)

@@ -17,13 +17,20 @@ from ptxbench.services.hardware import GPU_READY, gpu_status
 
 @dataclass
 class FileJudgement:
-    verdict: Any             # engine.static.StaticVerdict
-    gpu: str                 # the GPU stages' status: `judged`, `skipped: …`
-    judgement: Any = None    # engine.pipeline.Judgement when the GPU stages ran
+    verdict: Any  # engine.static.StaticVerdict
+    gpu: str  # the GPU stages' status: `judged`, `skipped: …`
+    judgement: Any = None  # engine.pipeline.Judgement when the GPU stages ran
 
 
-def static_verdict(file: Path, task_id: str | None = None, arch: str | None = None, require: str | None = None,
-                   manifest: Path | None = None, *, no_cache: bool = False) -> Any:
+def static_verdict(
+    file: Path,
+    task_id: str | None = None,
+    arch: str | None = None,
+    require: str | None = None,
+    manifest: Path | None = None,
+    *,
+    no_cache: bool = False,
+) -> Any:
     """The static stages on a file. `require` is a comma-separated family list. UsageError for a file
     that cannot be read or an unknown task, arch or family; ToolError when a tool is missing."""
     from ptxbench.engine.assemble import PTXAS_ARCHES
@@ -77,8 +84,16 @@ def gpu_stages(verdict: Any, task_id: str | None) -> tuple[Any, str]:
     return j, j.status
 
 
-def judge_file(file: Path, task_id: str | None = None, arch: str | None = None, require: str | None = None,
-               manifest: Path | None = None, *, static: bool = False, no_cache: bool = False) -> FileJudgement:
+def judge_file(
+    file: Path,
+    task_id: str | None = None,
+    arch: str | None = None,
+    require: str | None = None,
+    manifest: Path | None = None,
+    *,
+    static: bool = False,
+    no_cache: bool = False,
+) -> FileJudgement:
     """The whole check: static stages, then the GPU stages when a GPU of the arch is here and
     `static` is not asked."""
     verdict = static_verdict(file, task_id, arch, require, manifest, no_cache=no_cache)
@@ -103,18 +118,39 @@ def check_payload(result: FileJudgement) -> dict[str, Any]:
 def judgement_summary(j: Any) -> dict[str, Any]:
     """JSON-ready: the GPU half of a judgement."""
     return {
-        "status": j.status, "category": j.category, "stage": j.stage, "correct": j.correct,
-        "correct_heldout": j.correct_heldout, "executed": j.executed, "time_ms": j.time_ms,
-        "baseline": j.baseline, "baseline_ms": j.baseline_ms, "speedup": j.speedup, "tflops": j.tflops,
+        "status": j.status,
+        "category": j.category,
+        "stage": j.stage,
+        "correct": j.correct,
+        "correct_heldout": j.correct_heldout,
+        "executed": j.executed,
+        "time_ms": j.time_ms,
+        "baseline": j.baseline,
+        "baseline_ms": j.baseline_ms,
+        "speedup": j.speedup,
+        "tflops": j.tflops,
         "sol_fraction": j.sol_fraction,
         "device": j.device.name if j.device is not None else None,
         "driver": j.device.driver if j.device is not None else None,
-        "sizes": [{"split": m.split, "sizes": m.sizes, "category": m.category, "max_rel_err": m.max_rel_err,
-                   "worst": m.worst, "time_ms": m.time_ms, "time_spread": m.time_spread,
-                   "baseline_ms": m.baseline_ms, "speedup": m.speedup, "tflops": m.tflops,
-                   "sol_fraction": m.sol_fraction, "message": m.message,
-                   "element_ratio": _element_ratio(m.detail), "checks": _checks(m.detail)}
-                  for m in j.measurements],
+        "sizes": [
+            {
+                "split": m.split,
+                "sizes": m.sizes,
+                "category": m.category,
+                "max_rel_err": m.max_rel_err,
+                "worst": m.worst,
+                "time_ms": m.time_ms,
+                "time_spread": m.time_spread,
+                "baseline_ms": m.baseline_ms,
+                "speedup": m.speedup,
+                "tflops": m.tflops,
+                "sol_fraction": m.sol_fraction,
+                "message": m.message,
+                "element_ratio": _element_ratio(m.detail),
+                "checks": _checks(m.detail),
+            }
+            for m in j.measurements
+        ],
         "evidence": {k: v for k, v in j.evidence.items() if k != "sizes"},
         "seconds": {k: round(v, 3) for k, v in j.seconds.items()},
     }
@@ -135,6 +171,10 @@ def _checks(detail: dict[str, Any]) -> dict[str, Any] | None:
     t = detail.get("timing")
     if not t:
         return None
-    return {"checked": t.get("checks"), "failed": len(t.get("check_failures") or []),
-            "nondeterministic": t.get("nondeterministic"), "reps": t.get("reps"),
-            "baseline_check": t.get("baseline_check")}
+    return {
+        "checked": t.get("checks"),
+        "failed": len(t.get("check_failures") or []),
+        "nondeterministic": t.get("nondeterministic"),
+        "reps": t.get("reps"),
+        "baseline_check": t.get("baseline_check"),
+    }

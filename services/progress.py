@@ -36,8 +36,8 @@ class StageChanged:
     kind: ClassVar[str] = "stage"
     sample_id: int
     stage: str
-    status: str                      # "begin" or "end"
-    category: str | None = None      # optional on the wire
+    status: str  # "begin" or "end"
+    category: str | None = None  # optional on the wire
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class Result:
 @dataclass(frozen=True)
 class Log:
     kind: ClassVar[str] = "log"
-    level: str                       # info, warning, error
+    level: str  # info, warning, error
     message: str
 
 

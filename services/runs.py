@@ -21,8 +21,18 @@ from ptxbench.services.catalogue import CONTEXT_LEVELS, tasks_for
 from ptxbench.services.errors import UsageError
 from ptxbench.services.hardware import gpu_wanted
 
-__all__ = ["EndpointError", "ImportFileError", "RunMismatch", "RunReport", "ImportReport", "Progress",
-           "open_store", "run_configs", "run", "import_responses"]
+__all__ = [
+    "EndpointError",
+    "ImportFileError",
+    "RunMismatch",
+    "RunReport",
+    "ImportReport",
+    "Progress",
+    "open_store",
+    "run_configs",
+    "run",
+    "import_responses",
+]
 
 
 def open_store(path: Path | None) -> sqlite_utils.Database:
@@ -32,9 +42,18 @@ def open_store(path: Path | None) -> sqlite_utils.Database:
     return ensure_default_store(path)
 
 
-def run_configs(*, model: str, base_url: str, tasks: str = "all", arch: str | None = None, context: str = "none",
-                gpu: str = "auto", api_key_env: str | None = None, run_name: str | None = None,
-                **options: Any) -> list[RunConfig]:
+def run_configs(
+    *,
+    model: str,
+    base_url: str,
+    tasks: str = "all",
+    arch: str | None = None,
+    context: str = "none",
+    gpu: str = "auto",
+    api_key_env: str | None = None,
+    run_name: str | None = None,
+    **options: Any,
+) -> list[RunConfig]:
     """One RunConfig per context level (`context` is comma-separated). UsageError for a bad level,
     task list, `--gpu` mode, missing key variable, or one run name for several runs. `options` are
     the rest of RunConfig's fields (samples, turns, temperature …)."""
@@ -55,8 +74,19 @@ def run_configs(*, model: str, base_url: str, tasks: str = "all", arch: str | No
         use_gpu = gpu_wanted(gpu)
     except UsageError as exc:
         raise UsageError(f"--gpu: {exc}") from None
-    return [RunConfig(model=model, base_url=base_url, tasks=tuple(task_list), context=level, api_key_env=api_key_env,
-                      run_name=run_name, gpu=use_gpu, **options) for level in levels]
+    return [
+        RunConfig(
+            model=model,
+            base_url=base_url,
+            tasks=tuple(task_list),
+            context=level,
+            api_key_env=api_key_env,
+            run_name=run_name,
+            gpu=use_gpu,
+            **options,
+        )
+        for level in levels
+    ]
 
 
 def run(db: sqlite_utils.Database, config: RunConfig, progress: Progress | None = None) -> RunReport:
@@ -65,8 +95,9 @@ def run(db: sqlite_utils.Database, config: RunConfig, progress: Progress | None 
     return run_model(db, config, progress=progress)
 
 
-def import_responses(path: Path, *, db_path: Path | None = None, judge: bool = True, gpu: str = "auto",
-                     progress: Progress | None = None) -> ImportReport:
+def import_responses(
+    path: Path, *, db_path: Path | None = None, judge: bool = True, gpu: str = "auto", progress: Progress | None = None
+) -> ImportReport:
     """Check, store and (by default) judge a JSONL file. UsageError for a bad `gpu` mode or a missing
     file (checked before any store is opened); ImportFileError lists every bad line, and nothing is
     written then; StoreError for a store that will not open."""

@@ -20,11 +20,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "hostile"))
 
-from hostile_store import (  # noqa: E402
+from hostile_store import (
     build_store, eval_env, evaluation_rows, run_eval, store_problems,
 )
 
-from ptxbench.db import browse, browse_summary  # noqa: E402
+from ptxbench.db import browse, browse_summary
 
 BATCH = 32
 
@@ -135,7 +135,7 @@ def _watched_app(store: Path, tmp_path: Path):
     app.failures = []
     shown = app.notify
 
-    def notify(message, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003
+    def notify(message, *args, **kwargs):
         if kwargs.get("severity") == "error":
             app.failures.append(str(message))
         return shown(message, *args, **kwargs)
@@ -282,7 +282,7 @@ def test_gpu_worker_killed_mid_batch(tmp_path):
     args = ["--db", str(store), "--all-unjudged"]
     state: dict[str, object] = {}
 
-    def kill_worker(event, run) -> bool:         # noqa: ANN001
+    def kill_worker(event, run) -> bool:
         if event["event"] == "stage" and event.get("stage") == "run" and event.get("status") == "begin" \
                 and "killed" not in state and len(run.of("result")) >= 1:
             time.sleep(0.2)

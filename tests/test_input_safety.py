@@ -23,13 +23,13 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "hostile"))
 
-from hostile_store import SOURCE, TASK, build_store  # noqa: E402
+from hostile_store import SOURCE, TASK, build_store
 
-from ptxbench.db import browse, browse_summary  # noqa: E402
-from ptxbench.db.queries import fts_query, search_samples  # noqa: E402
-from ptxbench.db.records import Evaluation, Sample  # noqa: E402
-from ptxbench.db.store import open_store  # noqa: E402
-from ptxbench.db.writes import add_evaluation, add_sample  # noqa: E402
+from ptxbench.db import browse, browse_summary
+from ptxbench.db.queries import fts_query, search_samples
+from ptxbench.db.records import Evaluation, Sample
+from ptxbench.db.store import open_store
+from ptxbench.db.writes import add_evaluation, add_sample
 
 INJECTIONS = [
     "'; DROP TABLE samples; --",
@@ -221,14 +221,14 @@ async def test_explorer_search_box_takes_any_text(store, tmp_path):
     failures: list[str] = []
     shown = app.notify
 
-    def notify(message, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003
+    def notify(message, *args, **kwargs):
         if kwargs.get("severity") == "error":
             failures.append(str(message))
         return shown(message, *args, **kwargs)
 
     app.notify = notify
 
-    async def settle(pilot) -> None:  # noqa: ANN001
+    async def settle(pilot) -> None:
         for _ in range(50):
             try:
                 await app.workers.wait_for_complete()

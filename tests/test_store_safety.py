@@ -71,7 +71,7 @@ def test_opening_the_store_again_keeps_the_locks_of_open_connections(tmp_path):
 def test_a_reader_sees_every_commit_made_before_its_read(tmp_path):
     path = _store(tmp_path / "s.sqlite")
     reader = StoreReader(path)
-    count = lambda conn: conn.execute("SELECT COUNT(*) FROM meta").fetchone()[0]  # noqa: E731
+    count = lambda conn: conn.execute("SELECT COUNT(*) FROM meta").fetchone()[0]
     before = reader.read(count)
     _other_process_writes(path, "from-another-process")
     assert reader.read(count) == before + 1  # the pooled connection, a new snapshot

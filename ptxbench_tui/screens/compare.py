@@ -125,7 +125,7 @@ class CompareScreen(KernelMoves, ViewScreen):
                 codes[r.sample_id] = detail.ptx if detail else ""
             task = read(browse.task, task_id)
             notes = {line.id: line.note for line in read(triage.lines_for, [r.sample_id for r in rows])}
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self.post_message(StoreFailed(f"compare: {exc}"))
             return
         self.post_message(CompareLoaded(task_id, rows, codes, task.families if task else [], notes))
@@ -192,7 +192,7 @@ class CompareScreen(KernelMoves, ViewScreen):
         self.query_one("#compare-detail", Static).update(text)
 
     @staticmethod
-    def _delta(v, b, fmt, higher) -> Text | str:  # noqa: ANN001
+    def _delta(v, b, fmt, higher) -> Text | str:
         if higher is None or v is None or b is None or not isinstance(v, (int, float)) or not isinstance(b, (int, float)):
             return fmt(v)
         diff = v - b
@@ -214,7 +214,7 @@ class CompareScreen(KernelMoves, ViewScreen):
             view.show(self.codes.get(m.sample_id, ""), marker=marker)
             self.watch(view, "scroll_y", self._follower(view), init=False)
 
-    def _follower(self, view: PtxView):  # noqa: ANN202 - a watch callback taking the new value only
+    def _follower(self, view: PtxView):
         return lambda y: self._lock(view, y)
 
     def _lock(self, source: PtxView, y: float) -> None:
@@ -236,10 +236,10 @@ class CompareScreen(KernelMoves, ViewScreen):
         return models[col] if 0 <= col < len(models) else None
 
     # -- events & actions ------------------------------------------------------------
-    def on_data_table_column_selected(self, _event) -> None:  # noqa: ANN001
+    def on_data_table_column_selected(self, _event) -> None:
         self.action_open_sample()
 
-    def on_data_table_column_highlighted(self, _event) -> None:  # noqa: ANN001
+    def on_data_table_column_highlighted(self, _event) -> None:
         self._detail()
         self.refresh_bindings()  # d is offered only on a column other than the baseline's
 

@@ -83,7 +83,7 @@ class DiffScreen(KernelMoves, Screen):
                 cache[sid] = detail
                 details.append(detail)
             result = diff(text_of(details[0], opts.target), text_of(details[1], opts.target), opts)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self.post_message(StoreFailed(f"diff: {exc}"))
             return
         titles = [f"#{d.id} {d.model} · {verdict_of(d.latest)}" for d in details]
@@ -122,7 +122,7 @@ class DiffScreen(KernelMoves, Screen):
             f"[b]{escape(self.result_stats)}[/b]  {escape(where)}\n[dim]{' · '.join(flags)} · [ ] what to diff[/]"
         )
 
-    def _set(self, **changes) -> None:  # noqa: ANN003
+    def _set(self, **changes) -> None:
         self.options = replace(self.options, **changes)
         self.recompute()
 

@@ -21,7 +21,7 @@ from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Label, Select, Static
 
-from ptxbench.db import browse, triage
+from ptxbench.db import triage
 from ptxbench.db import fixit as fixit_db
 from ptxbench.engine.categories import DESCRIPTIONS
 from ptxbench.tui import keys
@@ -146,7 +146,7 @@ class FixitScreen(KernelMoves, ViewScreen):
         try:
             rows, total, changes = self.ptx.reader.read(triage.fixit_page, sort=sort, offset=offset, limit=PAGE_SIZE,
                                                         **flt.query_args())
-        except Exception as exc:  # noqa: BLE001 - shown to the user, the view stays usable
+        except Exception as exc:  # shown to the user, the view stays usable
             self.post_message(StoreFailed(f"fixit: {exc}"))
             return
         self.post_message(FixitPageLoaded(request, rows, total, changes))
@@ -157,7 +157,7 @@ class FixitScreen(KernelMoves, ViewScreen):
             read = self.ptx.reader.read
             message = FixitStatsLoaded(read(fixit_db.fixit_stats), read(fixit_db.fixit_lengths),
                                        read(fixit_db.fixit_facets))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self.post_message(StoreFailed(f"fixit statistics: {exc}"))
             return
         self.post_message(message)
@@ -256,7 +256,7 @@ class FixitScreen(KernelMoves, ViewScreen):
     def action_export(self) -> None:
         flt, sort, read = self.filter, self.sort, self.ptx.reader.read
 
-        def produce(path, fmt: str) -> int:  # noqa: ANN001 - in the export worker
+        def produce(path, fmt: str) -> int:
             rows, _, changes = read(triage.fixit_page, sort=sort, offset=0, limit=1 << 31, **flt.query_args())
             dicts = [{**fixit_db.row_dict(r), "changes": triage.changes_text(
                 changes.get((r.failed_sample_id, r.fixed_sample_id), (False, False)))} for r in rows]

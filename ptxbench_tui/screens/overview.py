@@ -229,7 +229,7 @@ class OverviewScreen(KernelMoves, ViewScreen):
 
         try:
             rows = self.ptx.reader.read(compute_metrics, group_by=("task", "model", "arch", "context"), include_reference=True)
-        except Exception as exc:  # noqa: BLE001 - a failed read is shown, never fatal
+        except Exception as exc:  # a failed read is shown, never fatal
             self.post_message(StoreFailed(f"metrics: {exc}"))
             return
         self.post_message(MetricsLoaded(rows))

@@ -12,7 +12,6 @@ from rich.markup import escape
 from textual_plot import HiResMode, PlotWidget
 from textual_plot.axis_formatter import CategoricalAxisFormatter
 
-from ptxbench.db import browse
 from ptxbench.db import browse_summary as summary
 from ptxbench.tui import keys
 from ptxbench.tui.messages import PlotsLoaded, StoreFailed
@@ -77,7 +76,7 @@ class PlotsScreen(ViewScreen):
     def fetch(self, task_id: str) -> None:
         try:
             data = self.ptx.reader.read(summary.plot_data, self.ptx.cells or [], task_id)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self.post_message(StoreFailed(f"plots: {exc}"))
             return
         self.post_message(PlotsLoaded(data))

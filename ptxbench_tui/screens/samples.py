@@ -123,14 +123,14 @@ class SamplesScreen(KernelMoves, ViewScreen):
             if sort != triage.Sort():
                 # Once the page is painted: reading 100 000 ids would hold the GIL the paint needs.
                 self.app.call_from_thread(self.call_after_refresh, self.read_order, key, flt, sort.column)
-        except Exception as exc:  # noqa: BLE001 - shown to the user, the view stays usable
+        except Exception as exc:  # shown to the user, the view stays usable
             self.post_message(StoreFailed(f"samples: {exc}"))
 
     @work(thread=True, exclusive=True, group="samples-order", exit_on_error=False, description="sorted order")
     def read_order(self, key: tuple, flt: browse.SampleFilter, column: str) -> None:
         try:
             found = self.ptx.reader.read(triage.ordered, flt, column)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self.post_message(StoreFailed(f"samples: {exc}"))
             return
         self.app.call_from_thread(self._keep_order, key, found)
@@ -283,7 +283,7 @@ class SamplesScreen(KernelMoves, ViewScreen):
             if position is None:
                 position = -1 if not backwards else 1 << 62  # not in this table: from its start (or end)
             found = read(triage.next_unlabelled, flt, sort, position, backwards=backwards)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self.post_message(StoreFailed(f"samples: {exc}"))
             return
         self.app.call_from_thread(self._found, found, backwards, open_it)
@@ -347,7 +347,7 @@ class SamplesScreen(KernelMoves, ViewScreen):
     def action_export(self) -> None:
         flt, sort, read = self.filter, self.sort, self.ptx.reader.read
 
-        def produce(path, fmt: str) -> int:  # noqa: ANN001 - in the export worker
+        def produce(path, fmt: str) -> int:
             # In one read snapshot, a chunk of rows at a time: a whole store never sits in memory.
             return read(lambda conn: write_table(path, triage.EXPORT_FIELDS,
                                                  (triage.line_dict(r) for r in triage.iter_lines(conn, flt, sort)), fmt))
@@ -360,7 +360,7 @@ class SamplesScreen(KernelMoves, ViewScreen):
         try:
             ids = self.ptx.reader.read(browse.sample_ids, flt, limit=REVERIFY_LIMIT)
             selected = self.ptx.reader.read(browse.sample_count, flt) if len(ids) == REVERIFY_LIMIT else len(ids)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self.post_message(StoreFailed(f"samples: {exc}"))
             return
         if ids:

@@ -53,11 +53,11 @@ def prompt_text(task: browse.TaskRow, level: str) -> str:
         return ""
     try:
         spec = get_task(task.id)
-    except Exception:  # noqa: BLE001 - a task in the store that the repository does not ship
+    except Exception:  # a task in the store that the repository does not ship
         return ""
     try:
         prompt = build_prompt(spec, level)
-    except Exception as exc:  # noqa: BLE001 - a prompt that cannot be built is reported, not fatal
+    except Exception as exc:  # a prompt that cannot be built is reported, not fatal
         return f"(the prompt could not be built: {exc})"
     return f"[system]\n{prompt.system}\n[user]\n{prompt.user}\n({prompt.version})"
 
@@ -130,7 +130,7 @@ class TasksScreen(ViewScreen):
     def load_tasks(self) -> None:
         try:
             self.post_message(TasksLoaded(self.ptx.reader.read(browse.tasks)))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self.post_message(StoreFailed(f"tasks: {exc}"))
 
     def on_tasks_loaded(self, message: TasksLoaded) -> None:
@@ -164,7 +164,7 @@ class TasksScreen(ViewScreen):
                 code = detail.ptx if detail else ""
             code = code or expert_file_code(task)
             self.post_message(TaskDetailLoaded(task, code, sid, prompt_text(task, self.prompt_level)))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self.post_message(StoreFailed(f"task {task.id}: {exc}"))
 
     def on_task_detail_loaded(self, message: TaskDetailLoaded) -> None:

@@ -63,7 +63,7 @@ class TriageScreen(KernelMoves, ViewScreen):
     def load_labels(self, dimension: str) -> None:
         try:
             data = self.ptx.reader.read(triage.label_triage, dimension)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self.post_message(StoreFailed(f"triage: {exc}"))
             return
         self.app.call_from_thread(self.show, data)

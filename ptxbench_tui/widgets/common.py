@@ -176,7 +176,7 @@ class FilterBar(Horizontal):
             select = self._select(field)
             value = values.get(field, "")
             if value:
-                known = [v for _, v in select._options if isinstance(v, str)]  # noqa: SLF001
+                known = [v for _, v in select._options if isinstance(v, str)]
                 if value not in known:
                     select.set_options([(v, v) for v in [*known, value]])
                 select.value = value

@@ -70,7 +70,7 @@ class KeyBar(Static):
             out.append((shown, binding.description))
             pressed[binding.description] = [key]
         # The views' digits run together (`12345678`); a pair of other keys is `n/p`, `[/]`.
-        joined = lambda keys: "".join(keys) if all(k.isdigit() for k in keys) else "/".join(keys)  # noqa: E731
+        joined = lambda keys: "".join(keys) if all(k.isdigit() for k in keys) else "/".join(keys)
         return [(joined(groups[d]) if not k else k, d, pressed.get(d, [])) for k, d in out]
 
     def update_keys(self) -> None:
@@ -96,7 +96,7 @@ class KeyBar(Static):
         (the view bar at the top names the views when their keys do not fit here)."""
         width = self.size.width - 2 if self.size.width else 10_000
         last = [e for e in entries if e[1] in ("Help", "palette")]
-        cost = lambda e: len(e[0]) + len(e[1]) + 3  # noqa: E731
+        cost = lambda e: len(e[0]) + len(e[1]) + 3
         room = width - sum(cost(e) for e in last)
         out = []
         for entry in entries:

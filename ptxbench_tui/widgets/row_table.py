@@ -173,7 +173,7 @@ class RowTable(ScrollView, can_focus=True):
         """Choose the columns that fit the width; fold the rest."""
         available = max(0, self.size.width - 2) if self.size.width else 10_000
         shown = list(range(len(self.labels)))
-        need = lambda cols: sum(self._natural(i) for i in cols) + GAP * max(0, len(cols) - 1) + 2  # noqa: E731
+        need = lambda cols: sum(self._natural(i) for i in cols) + GAP * max(0, len(cols) - 1) + 2
         for i in self.fold_order:
             if need(shown) <= available:
                 break
@@ -253,7 +253,7 @@ class RowTable(ScrollView, can_focus=True):
             return False  # not offered (hidden): this table has nothing to select for
         return True
 
-    def on_click(self, event) -> None:  # noqa: ANN001
+    def on_click(self, event) -> None:
         if event.y == 0:
             column = self._column_at(event.x + self.scroll_offset.x)
             if column is not None:

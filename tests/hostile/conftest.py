@@ -12,9 +12,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from hostile_cases import Outcome, load_cases, report_markdown  # noqa: E402
+from hostile_cases import Outcome, load_cases, report_markdown
 
-from ptxbench.engine.cache import Cache  # noqa: E402
+from ptxbench.engine.cache import Cache
 
 REPORT_ENV = "PTXBENCH_HOSTILE_REPORT"
 _outcomes: dict[str, Outcome] = {}

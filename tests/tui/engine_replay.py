@@ -24,7 +24,7 @@ from ptxbench.db.writes import add_evaluation
 cancelled = False
 
 
-def _on_term(_signum, _frame) -> None:  # noqa: ANN001
+def _on_term(_signum, _frame) -> None:
     global cancelled
     cancelled = True
 

@@ -29,21 +29,21 @@ SIZE = (140, 40)
 class RecordingApp(PtxbenchApp):
     """The explorer, keeping every store failure and notification it showed."""
 
-    def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
+    def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.failures: list[str] = []
         self.said: list[str] = []
 
-    def on_store_failed(self, message) -> None:  # noqa: ANN001
+    def on_store_failed(self, message) -> None:
         self.failures.append(message.error)
         super().on_store_failed(message)
 
-    def notify(self, message, *args, **kwargs) -> None:  # noqa: ANN001, ANN002, ANN003
+    def notify(self, message, *args, **kwargs) -> None:
         self.said.append(str(message))
         super().notify(message, *args, **kwargs)
 
 
-async def settle(pilot) -> None:  # noqa: ANN001
+async def settle(pilot) -> None:
     for _ in range(5):
         await pilot.app.workers.wait_for_complete()
         await pilot.pause()
@@ -51,7 +51,7 @@ async def settle(pilot) -> None:  # noqa: ANN001
             break
 
 
-async def until(pilot, condition, timeout: float) -> bool:  # noqa: ANN001
+async def until(pilot, condition, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
@@ -60,7 +60,7 @@ async def until(pilot, condition, timeout: float) -> bool:  # noqa: ANN001
     return True
 
 
-async def soak(app: RecordingApp, pilot, seconds: float, tag: str) -> dict:  # noqa: ANN001
+async def soak(app: RecordingApp, pilot, seconds: float, tag: str) -> dict:
     notes: list[tuple[int, str]] = []
     saves = 0
     await settle(pilot)
@@ -97,7 +97,7 @@ async def soak(app: RecordingApp, pilot, seconds: float, tag: str) -> dict:  # n
     return {"notes": notes, "saves": saves, "all_saved": all_saved, "unsaved": len(app.unsaved)}
 
 
-async def readonly(app: RecordingApp, pilot) -> dict:  # noqa: ANN001
+async def readonly(app: RecordingApp, pilot) -> dict:
     await settle(pilot)
     out = {"notice": app.store_notice[0], "banner": bool(app.screen.query_one(StoreBanner).display)}
     await pilot.press("3")

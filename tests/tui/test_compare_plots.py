@@ -70,7 +70,7 @@ async def test_plot_legends_sit_above_and_categories_are_never_joined(app_for):
         for pane in ("plot-speedup", "plot-levels", "plot-split"):
             assert screen.query_one(f"#{pane}-widget").query_one("#legend").display is False
         levels = screen.query_one("#plot-levels-widget")
-        assert levels._datasets and all(isinstance(d, BarPlot) for d in levels._datasets)  # noqa: SLF001
-        assert not any(isinstance(d, LinePlot) for d in screen.query_one("#plot-split-widget")._datasets)  # noqa: SLF001
+        assert levels._datasets and all(isinstance(d, BarPlot) for d in levels._datasets)
+        assert not any(isinstance(d, LinePlot) for d in screen.query_one("#plot-split-widget")._datasets)
         # The plot keeps zoom and pan; its reset moved to 0, so r means one thing everywhere.
         assert "r" not in {b.key for b in type(levels).BINDINGS} and "0" in {b.key for b in type(levels).BINDINGS}

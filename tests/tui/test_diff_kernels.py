@@ -50,13 +50,13 @@ async def test_the_diff_view_of_two_kernels(app_for, ids):
         view = screen.query_one(DiffView)
         assert view.loading is False and screen.hunks == len(view.result.hunks) >= 2
         # Both sides highlighted: a line of PTX paints in several styles on each half.
-        y = next(i for i, (kind, row) in enumerate(view._lines) if "ld.param" in row.left and "%" in row.right)  # noqa: SLF001
+        y = next(i for i, (kind, row) in enumerate(view._lines) if "ld.param" in row.left and "%" in row.right)
         view.scroll_to(y=y, animate=False)
         await pilot.pause()
         strip = view.render_line(0)
-        half = view._halves()[0]  # noqa: SLF001
-        left_styles = {str(s.style) for s in strip.crop(0, half)._segments if s.text.strip()}  # noqa: SLF001
-        right_styles = {str(s.style) for s in strip.crop(half + 1, view.size.width)._segments if s.text.strip()}  # noqa: SLF001
+        half = view._halves()[0]
+        left_styles = {str(s.style) for s in strip.crop(0, half)._segments if s.text.strip()}
+        right_styles = {str(s.style) for s in strip.crop(half + 1, view.size.width)._segments if s.text.strip()}
         assert len(left_styles) >= 3 and len(right_styles) >= 3
         # n and p walk the hunks, and the header says where.
         view.scroll_to(y=0, animate=False)
@@ -74,19 +74,19 @@ async def test_the_diff_view_of_two_kernels(app_for, ids):
         await settle(pilot)
         screen = app.screen
         view = screen.query_one(DiffView)
-        long_y = next(i for i, (_, row) in enumerate(view._lines)  # noqa: SLF001
+        long_y = next(i for i, (_, row) in enumerate(view._lines)
                       if len(row.left) > view.body_width() and len(row.right) > view.body_width())
         view.scroll_to(y=long_y, animate=False)
         await pilot.pause()
         assert view.virtual_size.width > view.size.width
-        text = "".join(s.text for s in view.render_line(long_y - view.scroll_offset.y)._segments)  # noqa: SLF001
+        text = "".join(s.text for s in view.render_line(long_y - view.scroll_offset.y)._segments)
         left, right = text[:half], text[half + 1:]
         assert left.rstrip().endswith("›") and right.rstrip().endswith("›"), (left, right)
         await pilot.press("right", "right", "right", "right")
         await pilot.pause()
         assert view.scroll_offset.x > 0
-        text = "".join(s.text for s in view.render_line(long_y - view.scroll_offset.y)._segments)  # noqa: SLF001
-        row = view._lines[long_y][1]  # noqa: SLF001
+        text = "".join(s.text for s in view.render_line(long_y - view.scroll_offset.y)._segments)
+        row = view._lines[long_y][1]
         x = view.scroll_offset.x
         assert text[6] == "‹" and text[7:half].startswith(row.left[x + 1:x + 5])
         assert text[half + 1 + 6] == "‹" and text[half + 1 + 7:].startswith(row.right[x + 1:x + 5])

@@ -109,7 +109,7 @@ async def test_lists_every_pair_with_its_statistics(fixit_app, ids):
                      "lengths", "failed lines", "last export", "none yet"):
             assert text in panel, text
         # The selectors offer the values of every stored pair, counting or not.
-        options = screen.query_one("#filter-kind")._options  # noqa: SLF001
+        options = screen.query_one("#filter-kind")._options
         assert {v for _, v in options if isinstance(v, str)} == {"expert", "later_turn", "mutation", "same_model"}
 
 
@@ -202,7 +202,7 @@ async def test_pages_and_keys_in_footer_help_and_palette(fixit_app, ids, monkeyp
         footer = dict((d, k) for k, d in screen.query_one(KeyBar).entries())
         assert footer["Views"] == "12345678"
         assert {"Diff", "Explanation", "Verified only", "Clear"} <= set(footer)
-        offered = {name for name, _, _ in BindingCommands(screen)._commands()}  # noqa: SLF001
+        offered = {name for name, _, _ in BindingCommands(screen)._commands()}
         assert {"Fixit", "Diff", "Explanation", "Verified only", "Next page", "Clear"} <= offered
         await pilot.press("question_mark")
         await settle(pilot)

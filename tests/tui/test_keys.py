@@ -24,7 +24,7 @@ SAME_MEANING = {
 
 def test_a_key_means_one_thing_in_every_view():
     actions: dict[str, set[str]] = defaultdict(set)
-    for scope, bindings in keys.all_bindings().items():
+    for bindings in keys.all_bindings().values():
         for b in bindings:
             actions[b.key].add(b.action)
     for key, found in actions.items():

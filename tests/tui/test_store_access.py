@@ -24,7 +24,7 @@ from ptxbench.tui.widgets.row_table import RowTable
 from ptxbench.tui.widgets.store_banner import StoreBanner
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
-from store_faults import damage_middle, readonly_command  # noqa: E402
+from store_faults import damage_middle, readonly_command
 
 TUI = Path(__file__).parents[2] / "ptxbench_tui"
 DRIVER = Path(__file__).parent / "explorer_driver.py"

@@ -244,7 +244,7 @@ def test_snippets_name_the_assembler_line_and_the_worst_element():
     message = "Z: rel_l2 0.708 > 1e-06 (seed 1); worst element [318888]: got -6.5, expected 3.7"
     assert triage.snippet(None, None, message, None) == "[318888]: got -6.5, expected 3.7"
     # SQLite's JSON refuses Infinity; Python's parse answers instead.
-    assert triage._evidence_parts('{"first_failure": {"message": "x"}, "v": Infinity}')[2] == "x"  # noqa: SLF001
+    assert triage._evidence_parts('{"first_failure": {"message": "x"}, "v": Infinity}')[2] == "x"
 
 
 async def test_n_and_p_walk_the_unlabelled_failures(app_on, ids):

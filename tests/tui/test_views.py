@@ -291,7 +291,7 @@ async def test_plots_draw_from_the_store(app_for):
         assert set(screen.data.speedups) == {"expert", "fixture-model-a", "fixture-model-b"}
         from textual_plot import PlotWidget
 
-        assert all(len(p._datasets) > 0 for p in screen.query(PlotWidget))  # noqa: SLF001
+        assert all(len(p._datasets) > 0 for p in screen.query(PlotWidget))
         await pilot.press("right_square_bracket")
         assert screen.query_one("#plot-tabs").active == "plot-levels"
         screen.query_one("#plots-task").value = "vector_add_smoke"
@@ -323,7 +323,7 @@ async def test_help_and_palette_offer_the_footer_actions(app_for):
         screen = await goto(pilot, "3")
         shown = {b.binding.description for b in screen.active_bindings.values() if b.binding.show and b.binding.description}
         provider = BindingCommands(screen)
-        offered = {name for name, _, _ in provider._commands()}  # noqa: SLF001
+        offered = {name for name, _, _ in provider._commands()}
         assert shown <= offered
         assert {"Filter", "Diff", "Label", "Fixit", "Re-verify", "Samples", "Live"} <= offered
         await pilot.press("question_mark")
@@ -332,7 +332,7 @@ async def test_help_and_palette_offer_the_footer_actions(app_for):
         assert "Re-verify all" in str(app.screen.query_one("#help-body").render())
         await pilot.press("escape")
         # Running a palette command runs the action.
-        run = next(cmd for name, _, cmd in provider._commands() if name == "Triage")  # noqa: SLF001
+        run = next(cmd for name, _, cmd in provider._commands() if name == "Triage")
         run()
         await settle(pilot)
         assert isinstance(app.screen, TriageScreen)
