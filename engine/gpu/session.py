@@ -127,7 +127,10 @@ class Session:
         self.stream = torch.cuda.Stream(self.device)
         self.cupy_stream = cupy.cuda.ExternalStream(self.stream.cuda_stream)
         props = torch.cuda.get_device_properties(self.device)
-        self.cache = DataCache(self.device, int(props.total_memory * 0.3))
+        # References of the largest attention sizes are costly to recompute; a long run of many experts may give
+        # the cache more of the device (PTXBENCH_REFERENCE_CACHE, a fraction of its memory).
+        share = float(os.environ.get("PTXBENCH_REFERENCE_CACHE", "0.3"))
+        self.cache = DataCache(self.device, int(props.total_memory * min(max(share, 0.05), 0.7)))
         self.peaks = peaks
         self._flush: torch.Tensor | None = None
         self._flush_bytes = 0
