@@ -7,6 +7,12 @@
 person would, and visits the views between; at the end it waits (bounded) until every label
 is in the store. `readonly` tries the writing actions on a store it cannot write. Both write
 what they did and what the explorer reported to OUT.json.
+
+What the soak reports is what the explorer took, not what was typed at it: the note is typed
+only once the dialog has mounted and its note field has the focus (on a busy machine the
+dialog is on the screen stack well before that, and keys sent then reach no field), the field
+must hold the note before Enter, and every label is counted from the explorer's own
+`save_label` (`kept`). A note the explorer did not take ends the driver with an error.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from pathlib import Path
 from ptxbench.db.reader import StoreReader, prepare_store
 from ptxbench.tui.application import PtxbenchApp
 from ptxbench.tui.config import Config
+from ptxbench.tui.screens.dialogs import LabelDialog
 from ptxbench.tui.widgets.row_table import RowTable
 from ptxbench.tui.widgets.store_banner import StoreBanner
 
@@ -33,6 +40,11 @@ class RecordingApp(PtxbenchApp):
         super().__init__(*args, **kwargs)
         self.failures: list[str] = []
         self.said: list[str] = []
+        self.kept: list[list] = []  # every label the explorer was given to keep: [sample, note, fixit, what]
+
+    def save_label(self, sample_id: int, category: str | None, note: str, fixit: bool, what: str) -> None:
+        self.kept.append([sample_id, note, fixit, what])
+        super().save_label(sample_id, category, note, fixit, what)
 
     def on_store_failed(self, message) -> None:
         self.failures.append(message.error)
@@ -74,18 +86,15 @@ async def soak(app: RecordingApp, pilot, seconds: float, tag: str) -> dict:
             await settle(pilot)
             continue
         screen.query_one(RowTable).move_cursor(row=n % len(screen.rows))
-        await pilot.press("l")
-        if not await until(pilot, lambda: type(app.screen).__name__ == "LabelDialog", 10):
-            raise SystemExit(f"no label dialog after l (screen {type(app.screen).__name__})")
-        dialog = app.screen
         note = f"{tag}-{n}"
-        dialog.query_one("#label-note").value = ""  # the sample's current note is filled in
-        await pilot.press(*note, "enter")
-        notes.append((dialog.sample_id, note))
+        notes.append((await label_once(app, pilot, note), note))
         saves += 1
         await settle(pilot)
         if n % 3 == 2:
+            kept = len(app.kept)
             await pilot.press("f")  # the Fixit mark: one more label row, with the current note
+            if not await until(pilot, lambda: len(app.kept) > kept, 10):
+                raise SystemExit("f kept no Fixit mark")
             saves += 1
             await settle(pilot)
         if n % 4 == 3:
@@ -94,7 +103,37 @@ async def soak(app: RecordingApp, pilot, seconds: float, tag: str) -> dict:
                 await settle(pilot)
         n += 1
     all_saved = await until(pilot, lambda: not app.unsaved and not any(w.is_running for w in app.workers), 20)
-    return {"notes": notes, "saves": saves, "all_saved": all_saved, "unsaved": len(app.unsaved)}
+    return {"notes": notes, "saves": saves, "kept": app.kept, "all_saved": all_saved, "unsaved": len(app.unsaved)}
+
+
+def note_field(app: RecordingApp):  # noqa: ANN201 - the label dialog's note Input, once keys reach it
+    screen, focused = app.screen, app.focused
+    if isinstance(screen, LabelDialog) and screen.is_mounted and focused is not None and focused.id == "label-note":
+        return focused
+    return None
+
+
+async def label_once(app: RecordingApp, pilot, note: str) -> int:  # noqa: ANN001
+    """`l` on the row under the cursor, `note` typed into the dialog, Enter: returns the sample
+    the explorer kept the label for. Raises SystemExit where the explorer did not take `note`."""
+    await pilot.press("l")
+    # The dialog is on the screen stack before it has mounted; keys sent then reach no field.
+    if not await until(pilot, lambda: note_field(app) is not None, 10):
+        raise SystemExit(f"no label dialog ready to type into after l (screen {type(app.screen).__name__}, "
+                         f"focus {type(app.focused).__name__})")
+    dialog, field = app.screen, note_field(app)
+    field.value = ""  # the sample's current note is filled in
+    await pilot.press(*note)
+    if not await until(pilot, lambda: field.value == note, 10):
+        raise SystemExit(f"typed {note!r}, the note field holds {field.value!r}")
+    kept = len(app.kept)
+    await pilot.press("enter")
+    if not await until(pilot, lambda: app.screen is not dialog and len(app.kept) > kept, 10):
+        raise SystemExit(f"Enter did not save {note!r} (screen {type(app.screen).__name__})")
+    sample, typed = app.kept[kept][:2]
+    if (sample, typed) != (dialog.sample_id, note):
+        raise SystemExit(f"typed {note!r} for sample {dialog.sample_id}; the explorer kept {typed!r} for {sample}")
+    return sample
 
 
 async def readonly(app: RecordingApp, pilot) -> dict:
