@@ -159,3 +159,16 @@ def test_the_tools_hide_seeds_and_say_what_they_need() -> None:
     assert out.status == "skipped: no sm_90a device" and out.gpu_s == 0
     out = tools.call("check", {"code": expert_arguments(TASK)["code"], "manifest": {"launches": "x"}})
     assert out.result["category"] == "bad_manifest"
+
+
+def test_plain_feedback_keeps_the_trial_seeds_out_too() -> None:
+    from ptxbench.db.records import Evaluation, Measurement
+    from ptxbench.models.refine import feedback_message
+
+    spec = get_task(TASK)
+    sizes = dict(spec.train[0])
+    evaluation = Evaluation(sample_id=1, engine_version="t", status="judged", category="unwritten_output",
+                            source="t", evidence={"seeds": [987654321987], "sizes": [
+                                {"split": "train", "sizes": sizes, "message": "3 elements unwritten (seed 987654321987)"}]})
+    text = feedback_message(spec, evaluation, [Measurement(split="train", sizes=sizes, category="unwritten_output")])
+    assert "unwritten" in text and "987654321987" not in text and "seed" not in text
