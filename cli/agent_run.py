@@ -19,7 +19,9 @@ from ptxbench.cli.conventions import ExitCode, fail, reported, say_error
 
 
 def run_agent_command(*, db_path: Path | None, as_json: bool, fallback: str, timeout: float, backoff: float,
-                      **options: Any) -> None:
+                      plain_printer: Any, plain_summary: Any, **options: Any) -> None:
+    """`plain_printer` and `plain_summary` show a plain run's events and summary (cli/run.py's), for
+    the fallback to the multi-turn mode."""
     from rich.console import Console
 
     from ptxbench.db.store import StoreError
@@ -34,7 +36,7 @@ def run_agent_command(*, db_path: Path | None, as_json: bool, fallback: str, tim
         db = runs.open_store(db_path)
     status = ExitCode.OK
     for config in configs:
-        show = _json_event if as_json else _printer(err)
+        show = _json_event if as_json else _printer(err, plain_printer(err))
         try:
             outcome = agent.run(db, config, fallback=fallback, progress=show)
         except runs.RunMismatch as exc:
@@ -49,7 +51,7 @@ def run_agent_command(*, db_path: Path | None, as_json: bool, fallback: str, tim
             err.print("ptxbench run: the endpoint does not support function calling; ran the plain multi-turn mode "
                       "instead (--agent-fallback turns)", style="yellow", markup=False, soft_wrap=True)
         if not as_json:
-            _summary(out, outcome, config.context)
+            _summary(out, outcome, config.context, plain_summary)
         if report.aborted:
             say_error("run", f"the endpoint refused the run: {report.aborted}")
             status = max(status, ExitCode.REFUSED)
@@ -64,11 +66,7 @@ def _json_event(event: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def _printer(console: Any) -> Any:
-    from ptxbench.cli.run import _printer as plain
-
-    fallback_printer = plain(console)
-
+def _printer(console: Any, fallback_printer: Any) -> Any:
     def show(event: dict[str, Any]) -> None:
         kind = event.get("event")
         if kind == "start" and event.get("agent"):
@@ -96,9 +94,7 @@ def _printer(console: Any) -> Any:
     return show
 
 
-def _summary(console: Any, outcome: Any, level: str) -> None:
-    from ptxbench.cli.run import _summary as plain_summary
-
+def _summary(console: Any, outcome: Any, level: str, plain_summary: Any) -> None:
     if outcome.report is None:
         plain_summary(console, outcome.fallback, level)
         return

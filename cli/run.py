@@ -62,7 +62,7 @@ def run_command(
             run_name=run_name, samples=samples, turns=turns or 8, temperature=temperature, max_tokens=max_tokens,
             concurrency=concurrency, timeout=timeout, retries=retries, backoff=backoff, db_path=db_path,
             as_json=as_json, fallback=agent_fallback, tool_calls=max_tool_calls, tokens=max_episode_tokens,
-            wall_s=max_episode_seconds, gpu_s=max_episode_gpu_seconds)
+            wall_s=max_episode_seconds, gpu_s=max_episode_gpu_seconds, plain_printer=_printer, plain_summary=_summary)
         return
     if agent_fallback != "none":
         raise fail("run", "--agent-fallback goes with --agent")

@@ -203,7 +203,11 @@ def _fast(t: _Turn, p: float) -> Tri:
 
 
 def _row(group: list[_Trajectory], budget: int, fast_p: Sequence[float], ks: Sequence[int]) -> dict[str, Any]:
-    compiled, correct, heldout, sass, executed = [], [], [], [], []
+    compiled: list[Tri] = []
+    correct: list[Tri] = []
+    heldout: list[Tri] = []
+    sass: list[Tri] = []
+    executed: list[Tri] = []
     fast: dict[float, list[Tri]] = {p: [] for p in fast_p}
     solved_all: list[Tri] = []
     best: list[tuple[float, float | None]] = []
@@ -250,7 +254,7 @@ def _row(group: list[_Trajectory], budget: int, fast_p: Sequence[float], ks: Seq
     known = [v for v in solved_all if v is not None]
     for k in ks:
         pass_at[k] = pass_at_k(len(known), sum(known), k) if len(known) >= k else None
-    top = max(best, key=lambda s: s[0]) if best else None
+    peak = max(best, key=lambda s: s[0]) if best else None
     return dict(
         trajectories=len(group),
         compile_rate=_rate(compiled),
@@ -259,8 +263,8 @@ def _row(group: list[_Trajectory], budget: int, fast_p: Sequence[float], ks: Seq
         correct_sass=_rate(sass),
         correct_executed=_rate(executed) if measured else None,
         fast={p: _rate(v) for p, v in fast.items()},
-        best_speedup=top[0] if top else None,
-        best_sol_fraction=top[1] if top else None,
+        best_speedup=peak[0] if peak else None,
+        best_sol_fraction=peak[1] if peak else None,
         geomean_speedup=geometric_mean(s for s, _ in best),
         mean_speedup_fail0=sum(zero_filled) / len(zero_filled) if zero_filled else None,
         pass_at=pass_at,

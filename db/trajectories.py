@@ -87,9 +87,11 @@ def _insert(db: sqlite_utils.Database, record: Record) -> int:
     cols = list(row)
     sql = f"INSERT INTO {record.TABLE} ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})"
     try:
-        return db.execute(sql, [row[c] for c in cols]).lastrowid
+        rowid = db.execute(sql, [row[c] for c in cols]).lastrowid
     except sqlite3.IntegrityError as exc:  # a foreign key or a CHECK said no
         raise InvalidRecord(f"cannot add to {record.TABLE}: {exc}") from None
+    assert rowid is not None
+    return rowid
 
 
 # -- writing -----------------------------------------------------------------------------------------

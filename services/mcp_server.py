@@ -502,4 +502,4 @@ def serve(settings: McpSettings, transport: str = "stdio", port: int = 8765) -> 
     if transport == "stdio":
         server.run("stdio")
     else:
-        server.run(transport, host=HOST, port=port)  # type: ignore[call-overload]
+        server.run(transport, host=HOST, port=port)

@@ -51,7 +51,7 @@ def _num(value: Any, fmt: str = "{:.1f}") -> str:
 class AgentEpisodesScreen(Screen):
     """Every agent episode in the store, newest first."""
 
-    BINDINGS = keys.bindings("agents") + [b for b in keys.bindings("table") if b.id == "table.mark"]
+    BINDINGS = [*keys.bindings("agents"), *(b for b in keys.bindings("table") if getattr(b, "id", None) == "table.mark")]
     AUTO_FOCUS = "#agents-table"
 
     def __init__(self) -> None:
@@ -191,9 +191,9 @@ class AgentStepsScreen(Screen):
         for s in self.steps:
             what = s.tool if s.kind == "tool" else ("reply" if s.kind == "model" else "note")
             category = s.result.get("category") if isinstance(s.result, dict) else None
-            tokens = None if s.tokens_in is None else s.tokens_in + (s.tokens_out or 0)
+            used = None if s.tokens_in is None else s.tokens_in + (s.tokens_out or 0)
             table.add_row(str(s.step), _num(s.turn, "{}"), what or "?", s.status, category or "",
-                          _num(s.seconds, "{:.2f}"), _num(s.gpu_s, "{:.2f}"), _num(tokens, "{:,}"))
+                          _num(s.seconds, "{:.2f}"), _num(s.gpu_s, "{:.2f}"), _num(used, "{:,}"))
         self.show_detail(0)
 
     @on(DataTable.RowHighlighted, "#steps-table")
