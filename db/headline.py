@@ -33,8 +33,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ptxbench.db import verdict
-from ptxbench.db.metrics import REFERENCE_KINDS, Tri, _and, _any, _in_list, _rate, _tri, geometric_mean, pass_at_k
+from ptxbench.db.metrics import Tri, _and, _any, _rate, _tri, geometric_mean, pass_at_k, sample_filter, samples_joined
 
 HEADLINE_BUDGETS: tuple[int, ...] = (1, 4, 8)
 FAST_P: tuple[float, ...] = (1.0, 1.2)
@@ -100,16 +99,8 @@ class HeadlineRow:
 def _load(db: Any, *, tasks: Iterable[str] | None, models: Iterable[str] | None, archs: Iterable[str] | None,
           contexts: Iterable[str] | None, run_ids: Iterable[int] | None,
           include_reference: bool) -> tuple[list[_Trajectory], dict[int, int]]:
-    params: list[Any] = []
-    where = "WHERE e.id IS NOT NULL"
-    where += _in_list("s.task_id", tasks, params)
-    where += _in_list("m.name", models, params)
-    where += _in_list("t.arch", archs, params)
-    where += _in_list("COALESCE(r.context_level, 'none')", contexts, params)
-    where += _in_list("s.run_id", run_ids, params)
-    if not include_reference:
-        params.append(json.dumps(list(REFERENCE_KINDS)))
-        where += " AND COALESCE(m.kind, '') NOT IN (SELECT value FROM json_each(?))"
+    where, params = sample_filter(tasks=tasks, models=models, archs=archs, contexts=contexts, run_ids=run_ids,
+                                  include_reference=include_reference)
     has_episodes = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'agent_episodes'").fetchone() is not None
     cost = "(SELECT SUM(a.cost) FROM agent_episodes a WHERE a.sample_id = s.id)" if has_episodes else "NULL"
     rows = db.execute(
@@ -119,11 +110,7 @@ def _load(db: Any, *, tasks: Iterable[str] | None, models: Iterable[str] | None,
                e.uses_sass, e.executed, e.speedup, e.sol_fraction,
                CASE WHEN s.tokens_in IS NULL AND s.tokens_out IS NULL THEN NULL
                     ELSE COALESCE(s.tokens_in, 0) + COALESCE(s.tokens_out, 0) END, {cost}
-        FROM samples s
-        JOIN tasks t ON t.id = s.task_id
-        LEFT JOIN runs r ON r.id = s.run_id
-        LEFT JOIN models m ON m.id = COALESCE(s.model_id, r.model_id)
-        LEFT JOIN evaluations e ON e.id = {verdict.shown_for(db)}
+        {samples_joined(db)}
         {where}
         ORDER BY s.id
         """,

@@ -13,7 +13,6 @@ Rows cross this boundary as the dataclasses below; the explorer reads `episode_r
 from __future__ import annotations
 
 import json
-import sqlite3
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
@@ -22,7 +21,7 @@ import sqlite_utils
 from ptxbench.db import verdict
 from ptxbench.db.records import Record, from_row, to_row
 from ptxbench.db.store import now_iso, write_transaction
-from ptxbench.db.writes import InvalidRecord
+from ptxbench.db.writes import InvalidRecord, _insert
 
 RUNNING = "running"
 SUBMITTED = "submitted"
@@ -79,19 +78,6 @@ class Step(Record):
     tokens_out: int | None = None
     created_at: str = ""
     id: int | None = None
-
-
-def _insert(db: sqlite_utils.Database, record: Record) -> int:
-    row = to_row(record)
-    row.pop("id", None)
-    cols = list(row)
-    sql = f"INSERT INTO {record.TABLE} ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})"
-    try:
-        rowid = db.execute(sql, [row[c] for c in cols]).lastrowid
-    except sqlite3.IntegrityError as exc:  # a foreign key or a CHECK said no
-        raise InvalidRecord(f"cannot add to {record.TABLE}: {exc}") from None
-    assert rowid is not None
-    return rowid
 
 
 # -- writing -----------------------------------------------------------------------------------------

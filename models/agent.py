@@ -25,7 +25,6 @@ the slot starts again.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -34,7 +33,6 @@ from typing import Any
 
 import sqlite_utils
 
-from ptxbench.db.generation import find_run, update_run_params
 from ptxbench.db.judgement import add_judgement, evaluation_records
 from ptxbench.db.queries import get_sample, latest_evaluation
 from ptxbench.db.records import Run, Sample
@@ -43,11 +41,11 @@ from ptxbench.db.trajectories import (
     ENDED_PREFIX, SUBMITTED, Episode, Step, abandon_running, add_step, finish_episode, finished_episode,
     next_step_number, start_episode, update_episode,
 )
-from ptxbench.db.writes import add_evaluation, add_sample, create_run, finish_run, get_or_create_model
+from ptxbench.db.writes import add_evaluation, add_sample, finish_run, get_or_create_model
 from ptxbench.models import agent_tools
 from ptxbench.models.agent_tools import GpuAccess, JudgeTools, ToolOutcome, tool_schemas
-from ptxbench.models.client import ChatClient, ChatResult, ClientConfig, EndpointError
-from ptxbench.models.generate import RunMismatch
+from ptxbench.models.client import ChatClient, ChatResult, EndpointError
+from ptxbench.models.generate import RunConfig, open_or_resume
 from ptxbench.models.judging import JudgeFailed, candidate_of, judge_sample
 from ptxbench.tasks.prompts import PROMPT_VERSION, Prompt, build_prompt
 from ptxbench.tasks.spec import TaskSpec, get_task
@@ -104,28 +102,12 @@ class AgentBudget:
 
 
 @dataclass(frozen=True)
-class AgentConfig:
-    model: str
-    base_url: str
-    tasks: tuple[str, ...]
-    context: str = "none"
-    samples: int = 1
-    budget: AgentBudget = AgentBudget()
-    temperature: float | None = None
-    max_tokens: int | None = None
-    concurrency: int = 4
-    timeout_s: float = 600.0
-    retries: int = 6
-    backoff_s: float = 1.0
-    backoff_max_s: float = 60.0
-    api_key_env: str | None = None
-    run_name: str | None = None
-    gpu: bool = False                 # the GPU stages were asked for (and a GPU is here)
-    gpu_archs: tuple[str, ...] = ()   # the archs of the GPUs present
+class AgentConfig(RunConfig):
+    """A run's settings (model, endpoint, tasks, level, samples, client options) and the episodes' budget.
+    `turns` is not used: the budget's replies are the turns."""
 
-    def __post_init__(self) -> None:
-        if self.samples < 1 or not self.tasks:
-            raise ValueError("an agent run needs tasks and at least one sample")
+    budget: AgentBudget = AgentBudget()
+    gpu_archs: tuple[str, ...] = ()   # the archs of the GPUs present
 
     @property
     def model_name(self) -> str:
@@ -143,12 +125,6 @@ class AgentConfig:
     @property
     def source(self) -> str:
         return f"model:{self.model} via {self.base_url} (agent)"
-
-    def client_config(self) -> ClientConfig:
-        key = os.environ.get(self.api_key_env) if self.api_key_env else None
-        return ClientConfig(base_url=self.base_url, model=self.model, api_key=key, temperature=self.temperature,
-                            max_tokens=self.max_tokens, timeout_s=self.timeout_s, retries=self.retries,
-                            backoff_s=self.backoff_s, backoff_max_s=self.backoff_max_s, concurrency=self.concurrency)
 
 
 @dataclass
@@ -228,23 +204,7 @@ class AgentRun:
     def open_run(self) -> AgentReport:
         cfg = self.config
         model = get_or_create_model(self.db, cfg.model_name, kind="agent", source=cfg.source, endpoint=cfg.base_url)
-        assert model.id is not None
-        run = find_run(self.db, model.id, cfg.name)
-        if run is not None:
-            if run.context_level != cfg.context or run.prompt_version != PROMPT_VERSION:
-                raise RunMismatch(f"run {run.id} ({run.name!r}) was made with context {run.context_level} and prompts "
-                                  f"{run.prompt_version}; choose another --run-name")
-            stored = run.params.get("prompt_digests", {})
-            changed = [t for t, p in self.prompts.items() if t in stored and stored[t] != p.digest]
-            if changed:
-                raise RunMismatch(f"the prompt of {', '.join(changed)} changed since run {run.id} started; resuming "
-                                  "would mix two prompts: choose another --run-name")
-            update_run_params(self.db, run.id, self._params(run.params))  # type: ignore[arg-type]
-            resumed = True
-        else:
-            run = create_run(self.db, Run(model_id=model.id, name=cfg.name, source=cfg.source, context_level=cfg.context,
-                                          prompt_version=PROMPT_VERSION, params=self._params(None)))
-            resumed = False
+        run, resumed = open_or_resume(self.db, model, cfg.name, cfg.source, cfg.context, self.prompts, self._params)
         self.run = run
         self.report = AgentReport(run_id=run.id, run_name=run.name, resumed=resumed)  # type: ignore[arg-type]
         return self.report

@@ -9,17 +9,16 @@ asked for: `turns` runs the plain multi-turn mode with the same reply budget ins
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import sqlite_utils
 
 from ptxbench.models.agent import AgentBudget, AgentConfig, AgentReport, ToolCallingUnsupported, run_agent
 from ptxbench.models.generate import RunConfig, RunReport, run_model
-from ptxbench.services.catalogue import CONTEXT_LEVELS, tasks_for
 from ptxbench.services.errors import UsageError
-from ptxbench.services.hardware import gpu_archs, gpu_wanted
+from ptxbench.services.hardware import gpu_archs
+from ptxbench.services.runs import checked_request
 
 __all__ = ["AgentBudget", "AgentConfig", "AgentOutcome", "FALLBACKS", "ToolCallingUnsupported", "agent_configs", "run"]
 
@@ -52,21 +51,9 @@ def agent_configs(
 ) -> list[AgentConfig]:
     """One AgentConfig per context level. UsageError for a bad level, task list, budget or `--gpu` mode.
     `options` are the rest of AgentConfig's fields (samples, temperature, concurrency …)."""
-    levels = [c.strip() for c in context.split(",") if c.strip()]
-    if not levels or any(c not in CONTEXT_LEVELS for c in levels):
-        raise UsageError(f"--context: {context!r}: use none, brief, full (comma-separated)")
-    if api_key_env and api_key_env not in os.environ:
-        raise UsageError(f"--api-key-env: the environment variable {api_key_env} is not set")
-    if run_name and len(levels) > 1:
-        raise UsageError("--run-name: one name cannot name several runs; give one context")
-    try:
-        task_list = tasks_for(tasks, arch)
-    except UsageError as exc:
-        raise UsageError(f"{'--arch' if str(exc).startswith('no tasks') else '--tasks'}: {exc}") from None
-    try:
-        use_gpu = gpu_wanted(gpu)
-    except UsageError as exc:
-        raise UsageError(f"--gpu: {exc}") from None
+    levels, task_list, use_gpu = checked_request(
+        tasks=tasks, arch=arch, context=context, gpu=gpu, api_key_env=api_key_env, run_name=run_name
+    )
     try:
         budget = AgentBudget(tool_calls=tool_calls, turns=turns, tokens=tokens, wall_s=wall_s, gpu_s=gpu_s)
     except ValueError as exc:
@@ -92,23 +79,8 @@ def agent_configs(
 def plain_config(config: AgentConfig) -> RunConfig:
     """The plain multi-turn run standing in for an agent run: the same model, tasks and level, as
     many turns as the agent had replies."""
-    return RunConfig(
-        model=config.model,
-        base_url=config.base_url,
-        tasks=config.tasks,
-        context=config.context,
-        samples=config.samples,
-        turns=config.budget.turns,
-        temperature=config.temperature,
-        max_tokens=config.max_tokens,
-        concurrency=config.concurrency,
-        timeout_s=config.timeout_s,
-        retries=config.retries,
-        backoff_s=config.backoff_s,
-        backoff_max_s=config.backoff_max_s,
-        api_key_env=config.api_key_env,
-        gpu=config.gpu,
-    )
+    plain = {f.name: getattr(config, f.name) for f in fields(RunConfig) if f.name not in ("run_name", "turns")}
+    return RunConfig(**plain, turns=config.budget.turns)
 
 
 def run(

@@ -131,7 +131,7 @@ class AgentEpisodesScreen(Screen):
             chosen.append(current)
         kernels = [r.sample_id for r in chosen if r.sample_id is not None]
         if len(kernels) < 2:
-            self.notify("Select two episodes that left a kernel (space), then d.", severity="warning")
+            self.notify("Mark two episodes that left a kernel (space), then d.", severity="warning")
             return
         self.post_message(ShowDiff(kernels[0], kernels[1]))
 
