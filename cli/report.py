@@ -56,6 +56,8 @@ def report_command(
     include_reference: Annotated[bool, typer.Option("--include-reference", help="count expert solutions and mutations too")] = False,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="write the rows as JSON to this file ('-' for stdout)")] = None,
     csv_out: Annotated[Optional[Path], typer.Option("--csv", help="write the rows as CSV to this file ('-' for stdout)")] = None,
+    headline: Annotated[bool, typer.Option("--headline", help="the paper's table: one row per model × arch × task × context at each turn budget, the paper's numbers beside (docs/headline.md)")] = False,
+    markdown_out: Annotated[Optional[Path], typer.Option("--markdown", help="with --headline: write the table as Markdown to this file ('-' for stdout)")] = None,
 ) -> None:
     """Rates, fast_p, speedups and pass@k per task, model, context level, split and turn budget."""
     from rich.console import Console
@@ -70,6 +72,25 @@ def report_command(
         raise fail("report", "--turn-budgets and --run take integers") from None
     if not budgets or min(budgets) < 1:
         raise fail("report", "--turn-budgets: give budgets of 1 or more")
+    if markdown_out is not None and not headline:
+        raise fail("report", "--markdown goes with --headline")
+    if headline:
+        from ptxbench.cli import headline as table
+        from ptxbench.services.metrics import headline as compute, paper_source
+
+        with reported("report"):
+            lines = compute(db_path, turn_budgets=budgets, tasks=_split_list(task), models=_split_list(model),
+                            archs=_split_list(arch), contexts=_split_list(context), run_ids=run_ids,
+                            include_reference=include_reference)
+        if json_out is not None:
+            _write(json_out, table.json_text(lines))
+        if csv_out is not None:
+            _write(csv_out, _csv([table.flat(line) for line in lines]))
+        if markdown_out is not None:
+            _write(markdown_out, table.markdown(lines, paper_source()))
+        if "-" not in (str(json_out), str(csv_out), str(markdown_out)):
+            table.render(Console(highlight=False, width=max(Console().width, 200)), lines, paper_source())
+        return
     with reported("report"):
         rows = metrics(db_path, group_by=group_by, split=split, turn_budgets=budgets, tasks=_split_list(task),
                        models=_split_list(model), archs=_split_list(arch), contexts=_split_list(context),

@@ -28,7 +28,7 @@ def run_command(
     arch: Annotated[Optional[str], typer.Option("--arch", help="only tasks of this arch (sm_90a, sm_100a)")] = None,
     context: Annotated[str, typer.Option("--context", help="none, brief or full; several comma-separated make one run each")] = "none",
     samples: Annotated[int, typer.Option("--samples", min=1, help="trajectories per task")] = 1,
-    turns: Annotated[int, typer.Option("--turns", min=1, help="turns per trajectory (feedback between turns)")] = 1,
+    turns: Annotated[Optional[int], typer.Option("--turns", min=1, help="turns per trajectory (feedback between turns); with --agent, model replies per episode  [default: 1; 8 with --agent]", show_default=False)] = None,
     api_key_env: Annotated[Optional[str], typer.Option("--api-key-env", help="environment variable holding the API key")] = None,
     temperature: Annotated[Optional[float], typer.Option("--temperature", help="sampling temperature (default: the endpoint's)")] = None,
     max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", min=1, help="completion token limit")] = None,
@@ -40,12 +40,33 @@ def run_command(
     gpu: Annotated[str, typer.Option("--gpu", help="auto, on or off: GPU stages where a GPU of the task's arch is present")] = "auto",
     db_path: Annotated[Optional[Path], typer.Option("--db", help="store (default: $PTXBENCH_DB or the user data folder)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object per event on stdout")] = False,
+    agent: Annotated[bool, typer.Option("--agent", help="the model works with tools (assemble, check, time, submit) through the endpoint's function calling (docs/agents.md)")] = False,
+    agent_fallback: Annotated[str, typer.Option("--agent-fallback", help="with --agent, on an endpoint without function calling: none (refuse) or turns (the plain multi-turn mode)")] = "none",
+    max_tool_calls: Annotated[int, typer.Option("--max-tool-calls", min=1, help="with --agent: tool calls per episode")] = 24,
+    max_episode_tokens: Annotated[Optional[int], typer.Option("--max-episode-tokens", min=1, help="with --agent: prompt + completion tokens per episode (as the endpoint reports them)")] = None,
+    max_episode_seconds: Annotated[float, typer.Option("--max-episode-seconds", min=1, help="with --agent: wall time per episode")] = 1800.0,
+    max_episode_gpu_seconds: Annotated[float, typer.Option("--max-episode-gpu-seconds", min=0, help="with --agent: GPU time the check and time tools may spend per episode")] = 600.0,
 ) -> None:
-    """Ask a model for kernels, judge each answer, feed the verdict back for up to --turns turns."""
+    """Ask a model for kernels, judge each answer, feed the verdict back for up to --turns turns (or, with
+    --agent, let it work with the judge's tools until it submits)."""
     from rich.console import Console
 
     from ptxbench.db.store import StoreError
     from ptxbench.services import runs
+
+    if agent:
+        from ptxbench.cli.agent_run import run_agent_command
+
+        run_agent_command(
+            model=model, base_url=base_url, tasks=tasks, arch=arch, context=context, gpu=gpu, api_key_env=api_key_env,
+            run_name=run_name, samples=samples, turns=turns or 8, temperature=temperature, max_tokens=max_tokens,
+            concurrency=concurrency, timeout=timeout, retries=retries, backoff=backoff, db_path=db_path,
+            as_json=as_json, fallback=agent_fallback, tool_calls=max_tool_calls, tokens=max_episode_tokens,
+            wall_s=max_episode_seconds, gpu_s=max_episode_gpu_seconds, plain_printer=_printer, plain_summary=_summary)
+        return
+    if agent_fallback != "none":
+        raise fail("run", "--agent-fallback goes with --agent")
+    turns = turns or 1
 
     err = Console(stderr=True, highlight=False)
     out = Console(highlight=False)

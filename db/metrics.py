@@ -189,8 +189,16 @@ def _in_list(column: str, values: Iterable[Any] | None, params: list[Any]) -> st
     return f" AND {column} IN (SELECT value FROM json_each(?))"
 
 
-def _load(
-    db: sqlite_utils.Database,
+def samples_joined(db: Any) -> str:
+    """FROM samples s with their task t, run r, model m and the evaluation e that speaks (db/verdict.py)."""
+    return (
+        "FROM samples s JOIN tasks t ON t.id = s.task_id LEFT JOIN runs r ON r.id = s.run_id "
+        "LEFT JOIN models m ON m.id = COALESCE(s.model_id, r.model_id) "
+        f"LEFT JOIN evaluations e ON e.id = {verdict.shown_for(db)}"
+    )
+
+
+def sample_filter(
     *,
     tasks: Iterable[str] | None,
     models: Iterable[str] | None,
@@ -198,7 +206,9 @@ def _load(
     contexts: Iterable[str] | None,
     run_ids: Iterable[int] | None,
     include_reference: bool,
-) -> list[_Trajectory]:
+) -> tuple[str, list[Any]]:
+    """The WHERE clause (over samples s, tasks t, runs r, models m and the speaking evaluation e) and its
+    parameters: judged samples of these tasks, models, archs, levels and runs; no reference rows unless asked."""
     params: list[Any] = []
     where = "WHERE e.id IS NOT NULL"
     where += _in_list("s.task_id", tasks, params)
@@ -209,16 +219,27 @@ def _load(
     if not include_reference:
         params.append(json.dumps(list(REFERENCE_KINDS)))
         where += " AND COALESCE(m.kind, '') NOT IN (SELECT value FROM json_each(?))"
+    return where, params
+
+
+def _load(
+    db: sqlite_utils.Database,
+    *,
+    tasks: Iterable[str] | None,
+    models: Iterable[str] | None,
+    archs: Iterable[str] | None,
+    contexts: Iterable[str] | None,
+    run_ids: Iterable[int] | None,
+    include_reference: bool,
+) -> list[_Trajectory]:
+    where, params = sample_filter(tasks=tasks, models=models, archs=archs, contexts=contexts, run_ids=run_ids,
+                                  include_reference=include_reference)
     rows = db.execute(
         f"""
         SELECT s.id, s.parent_id, s.turn, s.task_id, t.arch, COALESCE(m.name, '(no model)'),
                COALESCE(r.context_level, 'none'), e.id, e.category, e.compiled, e.correct,
                e.correct_heldout, e.uses_ptx, e.uses_sass, e.executed, e.speedup
-        FROM samples s
-        JOIN tasks t ON t.id = s.task_id
-        LEFT JOIN runs r ON r.id = s.run_id
-        LEFT JOIN models m ON m.id = COALESCE(s.model_id, r.model_id)
-        LEFT JOIN evaluations e ON e.id = {verdict.shown_for(db)}
+        {samples_joined(db)}
         {where}
         ORDER BY s.id
         """,

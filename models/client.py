@@ -32,6 +32,10 @@ RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 class EndpointError(RuntimeError):
     """The endpoint refuses the run as configured (authentication, model name, request shape)."""
 
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status  # the HTTP status of the refusal
+
 
 @dataclass(frozen=True)
 class ClientConfig:
@@ -70,6 +74,9 @@ class ChatResult:
     attempts: int = 0
     response_id: str | None = None
     retried: list[str] = field(default_factory=list)  # one line per failed attempt
+    # Function calling (models/agent.py): each call as {"id", "name", "arguments" (the raw text sent)}.
+    tool_calls: list[dict[str, Any]] | None = None
+    cost: float | None = None        # usage.cost, where the endpoint reports one
 
     @property
     def answered(self) -> bool:
@@ -130,13 +137,33 @@ def parse_completion(body: str) -> tuple[dict[str, Any] | None, str | None]:
         # Reasoning servers split the thinking off; keep it, marked so extract sets it aside.
         text = f"<think>\n{reasoning}\n</think>\n{text}"
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    cost = usage.get("cost")
     return {
         "content": text,
         "finish_reason": choices[0].get("finish_reason"),
         "tokens_in": usage.get("prompt_tokens"),
         "tokens_out": usage.get("completion_tokens"),
         "response_id": data.get("id") if isinstance(data.get("id"), str) else None,
+        "tool_calls": _tool_calls(message.get("tool_calls")),
+        "cost": float(cost) if isinstance(cost, (int, float)) and not isinstance(cost, bool) else None,
     }, None
+
+
+def _tool_calls(raw: Any) -> list[dict[str, Any]] | None:
+    """The reply's function calls as sent: arguments stay the raw text (they may not be JSON)."""
+    if not isinstance(raw, list) or not raw:
+        return None
+    calls = []
+    for i, call in enumerate(raw):
+        fn = call.get("function") if isinstance(call, dict) else None
+        fn = fn if isinstance(fn, dict) else {}
+        args = fn.get("arguments")
+        if not isinstance(args, str):
+            args = "" if args is None else json.dumps(args)
+        call_id = call.get("id") if isinstance(call, dict) else None
+        calls.append({"id": call_id if isinstance(call_id, str) and call_id else f"call_{i}",
+                      "name": fn.get("name") if isinstance(fn.get("name"), str) else "", "arguments": args})
+    return calls
 
 
 class ChatClient:
@@ -155,11 +182,12 @@ class ChatClient:
     async def close(self) -> None:
         await self._client.close()
 
-    async def complete(self, messages: list[dict[str, str]]) -> ChatResult:
+    async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> ChatResult:
         """One chat completion, retried on transient failures. Raises EndpointError only
-        for a configuration the endpoint refuses."""
+        for a configuration the endpoint refuses. `tools` offers functions to call."""
         result = ChatResult()
         cfg = self.config
+        offered = {"tools": tools} if tools else {}
         for attempt in range(cfg.retries + 1):
             result.attempts = attempt + 1
             retry_after: float | None = None
@@ -168,6 +196,7 @@ class ChatClient:
                 try:
                     raw = await self._client.chat.completions.with_raw_response.create(
                         messages=messages,  # type: ignore[arg-type]
+                        **offered,
                         **cfg.request_params(),
                         **({"extra_body": cfg.extra_body} if cfg.extra_body else {}),
                     )
@@ -176,7 +205,7 @@ class ChatClient:
                     status = exc.status_code
                     if status not in RETRY_STATUS and status < 500:
                         raise EndpointError(f"{cfg.base_url} refused the request: HTTP {status}: "
-                                            f"{_short(exc.message)}") from None
+                                            f"{_short(exc.message)}", status) from None
                     retry_after = _retry_after(exc)
                     why = f"HTTP {status}"
                 except openai.APITimeoutError:

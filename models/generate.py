@@ -31,7 +31,7 @@ import sqlite_utils
 from ptxbench.db.generation import find_run, update_run_params
 from ptxbench.db.judgement import add_judgement, evaluation_records
 from ptxbench.db.queries import find_sample, latest_evaluation, measurements_for
-from ptxbench.db.records import Evaluation, Run, Sample
+from ptxbench.db.records import Evaluation, Model, Run, Sample
 from ptxbench.db.store import write_transaction
 from ptxbench.db.writes import CONTEXT_LEVELS, add_evaluation, add_sample, create_run, finish_run, get_or_create_model
 from ptxbench.models.client import ChatClient, ChatResult, ClientConfig, EndpointError
@@ -166,24 +166,7 @@ class ModelRun:
     def open_run(self) -> RunReport:
         cfg = self.config
         model = get_or_create_model(self.db, cfg.model, kind="model", source=cfg.source, endpoint=cfg.base_url)
-        assert model.id is not None
-        run = find_run(self.db, model.id, cfg.name)
-        if run is not None:
-            if run.context_level != cfg.context or run.prompt_version != PROMPT_VERSION:
-                raise RunMismatch(f"run {run.id} ({run.name!r}) was made with context {run.context_level} and "
-                                  f"prompts {run.prompt_version}; choose another --run-name")
-            stored = run.params.get("prompt_digests", {})
-            changed = [t for t, p in self.prompts.items() if t in stored and stored[t] != p.digest]
-            if changed:
-                raise RunMismatch(f"the prompt of {', '.join(changed)} changed since run {run.id} started (the task "
-                                  "spec was edited); resuming would mix two prompts: choose another --run-name")
-            update_run_params(self.db, run.id, self._params(run.params))  # type: ignore[arg-type]
-            resumed = True
-        else:
-            run = create_run(self.db, Run(model_id=model.id, name=cfg.name, source=cfg.source,
-                                          context_level=cfg.context, prompt_version=PROMPT_VERSION,
-                                          params=self._params(None)))
-            resumed = False
+        run, resumed = open_or_resume(self.db, model, cfg.name, cfg.source, cfg.context, self.prompts, self._params)
         self.run = run
         self.report = RunReport(run_id=run.id, run_name=run.name, resumed=resumed)  # type: ignore[arg-type]
         return self.report
@@ -292,6 +275,28 @@ class ModelRun:
         failure = {**where, "kind": kind, "message": message}
         self.report.failures.append(failure)
         self.progress({"event": "failure", **failure})
+
+
+def open_or_resume(db: sqlite_utils.Database, model: Model, name: str, source: str, context: str,
+                   prompts: dict[str, Prompt], params: Callable[[dict[str, Any] | None], dict[str, Any]]
+                   ) -> tuple[Run, bool]:
+    """The model's run called `name`, resumed (its params brought up to date) or created: (run, resumed).
+    RunMismatch when the run found was made with another context level or other prompts."""
+    assert model.id is not None
+    run = find_run(db, model.id, name)
+    if run is None:
+        return create_run(db, Run(model_id=model.id, name=name, source=source, context_level=context,
+                                  prompt_version=PROMPT_VERSION, params=params(None))), False
+    if run.context_level != context or run.prompt_version != PROMPT_VERSION:
+        raise RunMismatch(f"run {run.id} ({run.name!r}) was made with context {run.context_level} and "
+                          f"prompts {run.prompt_version}; choose another --run-name")
+    stored = run.params.get("prompt_digests", {})
+    changed = [t for t, p in prompts.items() if t in stored and stored[t] != p.digest]
+    if changed:
+        raise RunMismatch(f"the prompt of {', '.join(changed)} changed since run {run.id} started (the task "
+                          "spec was edited); resuming would mix two prompts: choose another --run-name")
+    update_run_params(db, run.id, params(run.params))  # type: ignore[arg-type]
+    return run, True
 
 
 def _static_no_candidate(spec: TaskSpec, why: str) -> Any:

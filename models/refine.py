@@ -13,6 +13,7 @@ from typing import Any
 
 from ptxbench.db.records import Evaluation, Measurement, Sample
 from ptxbench.engine.categories import DESCRIPTIONS, OK, STAGE_OF, Category
+from ptxbench.models.agent_tools import scrub
 from ptxbench.tasks.spec import TaskSpec
 
 MAX_LOG_LINES = 25
@@ -158,6 +159,7 @@ def _worst_text(worst: Any) -> str:
 
 def _size_lines(train: list[Measurement], evidence: dict[str, Any]) -> list[str]:
     # The worker's message per train size; sizes are matched whatever the order of their keys.
+    seeds = tuple(s for s in evidence.get("seeds") or () if isinstance(s, int))  # secret: never in a message
     messages = {_sizes_key(m.get("sizes")): m.get("message", "")
                 for m in evidence.get("sizes", []) if isinstance(m, dict) and m.get("split") == "train"}
     lines = []
@@ -171,7 +173,7 @@ def _size_lines(train: list[Measurement], evidence: dict[str, Any]) -> list[str]
         line += worst
         msg = messages.get(_sizes_key(m.sizes))
         if msg and m.category != OK and not worst:
-            line += f"\n  {' '.join(msg.split())[:600]}"
+            line += f"\n  {scrub(msg, seeds)[:600]}"
         lines.append(line)
     return lines
 

@@ -252,6 +252,32 @@ class PtxbenchApp(Labelling, App[int]):
         screen = cast("LiveScreen", self.get_screen("live"))
         screen.enqueue(ids, start=True)
 
+    def action_agent_steps(self) -> None:
+        """`A`: on a sample made by an agent, its episode step by step; anywhere else, every episode."""
+        from ptxbench.tui.screens.sample import SampleScreen
+
+        if isinstance(self.screen, SampleScreen):
+            self.open_episode_of(self.screen.sample_id)
+            return
+        from ptxbench.tui.screens.agents import AgentEpisodesScreen
+
+        self.push_screen(AgentEpisodesScreen())
+
+    @work(thread=True, exclusive=True, group="episode-of", exit_on_error=False, description="agent episode")
+    def open_episode_of(self, sample_id: int) -> None:
+        from ptxbench.db.trajectories import episode_for_sample
+        from ptxbench.tui.screens.agents import AgentStepsScreen
+
+        try:
+            episode = self.reader.read(episode_for_sample, sample_id)
+        except Exception as exc:  # reported, never fatal
+            self.post_message(StoreFailed(str(exc)))
+            return
+        if episode is None:
+            self.call_from_thread(self.notify, f"Sample {sample_id} was not made by an agent episode.")
+        else:
+            self.call_from_thread(self.push_screen, AgentStepsScreen(episode.id))  # type: ignore[arg-type]
+
     def action_help(self) -> None:
         from ptxbench.tui.screens.dialogs import HelpScreen
 

@@ -33,6 +33,7 @@ _REGISTRY: list[tuple[str, str, str, str, str, str, bool]] = [
     ("app", "app.help", "question_mark", "help", "Help", "Keys of this view, then of every view", True),
     ("app", "app.theme", "T", "change_theme", "Theme", "Pick a theme (PTX colours follow it)", False),
     ("app", "app.reload", "ctrl+r", "reload_store", "Reload", "Re-read the store", False),
+    ("app", "app.agents", "A", "agent_steps", "Agent episodes", "Agent episodes step by step; on a sample, the episode that made it (docs/agents.md)", False),
     ("app", "app.newest", "V", "toggle_newest", "Newest/complete", "Each sample's newest evaluation, or its most complete one (the default; docs/store.md)", False),
     ("app", "app.quit", "q", "quit", "Quit", "Leave the explorer", True),
     # -- tables (drill into the row under the cursor) ---------------------------------
@@ -139,6 +140,13 @@ _REGISTRY: list[tuple[str, str, str, str, str, str, bool]] = [
     ("fixit", "fixit.next_page", "greater_than_sign", "next_page", "Next page", "", True),
     ("fixit", "fixit.prev_page", "less_than_sign", "prev_page", "Prev page", "", True),
     ("fixit", "fixit.clear", "c", "clear_filters", "Clear", "Every pair: task, category, kind and verified-only cleared", True),
+    # -- agent episodes (screens/agents.py) --------------------------------------------
+    ("agents", "agents.back", "escape", "back", "Back", "", True),
+    ("agents", "agents.diff", "d", "diff", "Diff", "Diff the kernels of the two selected episodes", True),
+    ("agent", "agent.back", "escape", "back", "Back", "", True),
+    ("agent", "agent.next", "n", "next_item", "Next failed step", "The next tool call that failed or was skipped", True),
+    ("agent", "agent.prev", "p", "prev_item", "Prev failed step", "The previous tool call that failed or was skipped", True),
+    ("agent", "agent.kernel", "k", "open_kernel", "Kernel", "Open the episode's kernel as a sample", True),
     # -- filter bar and dialogs ------------------------------------------------------
     ("filterbar", "filterbar.close", "escape", "close", "Close filters", "Back to the table", True),
     ("dialog", "dialog.cancel", "escape", "cancel", "Cancel", "", True),
@@ -149,7 +157,8 @@ _REGISTRY: list[tuple[str, str, str, str, str, str, bool]] = [
 SCOPE_TITLES: dict[str, str] = {
     "app": "Everywhere", "table": "In every table", "overview": "Overview (1)", "tasks": "Tasks (2)",
     "samples": "Samples (3)", "sample": "A sample", "diff": "A diff", "triage": "Triage (4)", "compare": "Compare (5)",
-    "live": "Live (6)", "plots": "Plots (7)", "plot": "A plot", "fixit": "Fixit (8)", "filterbar": "The filter bar", "dialog": "Dialogs",
+    "live": "Live (6)", "plots": "Plots (7)", "plot": "A plot", "fixit": "Fixit (8)", "agents": "Agent episodes (A)", "agent": "An agent episode",
+    "filterbar": "The filter bar", "dialog": "Dialogs",
 }
 
 # Pairs the footer shows as one entry (`n/p Unlabelled`); help and the palette still list each.
@@ -160,7 +169,7 @@ for _scope, _first, _second, _title in (
     ("samples", "copy_id", "copy_code", "Copy id/kernel"), ("sample", "copy_id", "copy_code", "Copy id/kernel"),
     ("compare", "copy_id", "copy_code", "Copy id/kernel"),
     ("plot", "zoom_in", "zoom_out", "Zoom"), ("tasks", "prev_tab", "next_tab", "Tab"), ("sample", "prev_tab", "next_tab", "Tab"), ("plots", "prev_tab", "next_tab", "Plot"),
-    ("diff", "prev_tab", "next_tab", "What"), ("diff", "less", "more", "Context"),
+    ("diff", "prev_tab", "next_tab", "What"), ("diff", "less", "more", "Context"), ("agent", "next", "prev", "Failed step"),
 ):
     _group = Binding.Group(_title, compact=True)
     _PAIRS[f"{_scope}.{_first}"] = _PAIRS[f"{_scope}.{_second}"] = _group

@@ -57,6 +57,29 @@ def run_configs(
     """One RunConfig per context level (`context` is comma-separated). UsageError for a bad level,
     task list, `--gpu` mode, missing key variable, or one run name for several runs. `options` are
     the rest of RunConfig's fields (samples, turns, temperature …)."""
+    levels, task_list, use_gpu = checked_request(
+        tasks=tasks, arch=arch, context=context, gpu=gpu, api_key_env=api_key_env, run_name=run_name
+    )
+    return [
+        RunConfig(
+            model=model,
+            base_url=base_url,
+            tasks=tuple(task_list),
+            context=level,
+            api_key_env=api_key_env,
+            run_name=run_name,
+            gpu=use_gpu,
+            **options,
+        )
+        for level in levels
+    ]
+
+
+def checked_request(
+    *, tasks: str, arch: str | None, context: str, gpu: str, api_key_env: str | None, run_name: str | None
+) -> tuple[list[str], list[str], bool]:
+    """What every model run checks first (plain and agent alike): (context levels, task ids, whether
+    the GPU stages run). UsageError names the option that is wrong."""
     levels = [c.strip() for c in context.split(",") if c.strip()]
     if not levels or any(c not in CONTEXT_LEVELS for c in levels):
         raise UsageError(f"--context: {context!r}: use none, brief, full (comma-separated)")
@@ -74,19 +97,7 @@ def run_configs(
         use_gpu = gpu_wanted(gpu)
     except UsageError as exc:
         raise UsageError(f"--gpu: {exc}") from None
-    return [
-        RunConfig(
-            model=model,
-            base_url=base_url,
-            tasks=tuple(task_list),
-            context=level,
-            api_key_env=api_key_env,
-            run_name=run_name,
-            gpu=use_gpu,
-            **options,
-        )
-        for level in levels
-    ]
+    return levels, task_list, use_gpu
 
 
 def run(db: sqlite_utils.Database, config: RunConfig, progress: Progress | None = None) -> RunReport:

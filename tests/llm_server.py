@@ -13,14 +13,23 @@ user messages. The replies of one (task, turn) are served in order, the last
 one repeating. A reply is one of
 
     {"content": "...", "delay_s": 0}     a completion (optionally slow)
+    {"tool_calls": [{"name": "check", "arguments": "{...}"}], "content": "..."}
+                                         a reply calling tools (several: parallel calls); the
+                                         arguments are sent as given (a string may be broken JSON)
+    {"content": "...", "usage": {...}}   the usage object to report (else one is made up from
+                                         the lengths); {"usage": null} reports none
     {"status": 429, "retry_after": 0}    an HTTP error (429, 500, 503 …)
     {"truncated": "..."}                 HTTP 200 whose JSON body is cut in half
     {"no_choices": true}                 HTTP 200, valid JSON, no choices
     {"drop": true}                       the connection is closed with no reply
 
 `die_after: N` makes the process exit abruptly right after its N-th
-completion, as a crashed inference server would. Every request is appended to
-the log file (one JSON object per line) before it is answered.
+completion, as a crashed inference server would. `refuse_tools: true` answers
+any request that offers tools with HTTP 400, as a server without function
+calling does. For a request that offers tools, the turn is 1 + the number of
+assistant messages (an agent's conversation has one user message). Every
+request is appended to the log file (one JSON object per line) before it is
+answered.
 
 Run: python tests/llm_server.py RECORDING.json LOG.jsonl — prints "PORT n".
 Tests use `LoopbackLLM`, which starts it as a child process on a free port.
@@ -46,6 +55,7 @@ class _State:
     def __init__(self, recording: dict[str, Any], log_path: str) -> None:
         self.replies: dict[str, dict[str, list[dict[str, Any]]]] = recording.get("replies", {})
         self.die_after: int | None = recording.get("die_after")
+        self.refuse_tools: bool = bool(recording.get("refuse_tools"))
         self.log_path = log_path
         self.lock = threading.Lock()
         self.counters: dict[tuple[str, str], int] = {}
@@ -71,18 +81,34 @@ class _State:
             os.fsync(fh.fileno())
 
 
-def _completion(content: str, request: dict[str, Any], number: int) -> dict[str, Any]:
+def _completion(content: str | None, request: dict[str, Any], number: int,
+                reply: dict[str, Any] | None = None) -> dict[str, Any]:
+    reply = reply or {}
     prompt_chars = sum(len(m.get("content") or "") for m in request.get("messages", []))
-    return {
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    calls = reply.get("tool_calls")
+    if calls:
+        message["tool_calls"] = [
+            {"id": c.get("id", f"call_{number}_{i}"), "type": "function",
+             "function": {"name": c["name"], "arguments": c["arguments"] if isinstance(c["arguments"], str)
+                          else json.dumps(c["arguments"])}}
+            for i, c in enumerate(calls)]
+    out_chars = len(content or "") + sum(len(json.dumps(c)) for c in calls or [])
+    body: dict[str, Any] = {
         "id": f"chatcmpl-loopback-{number}",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": request.get("model", "loopback"),
-        "choices": [{"index": 0, "finish_reason": "stop",
-                     "message": {"role": "assistant", "content": content}}],
-        "usage": {"prompt_tokens": prompt_chars // 4, "completion_tokens": len(content) // 4,
-                  "total_tokens": prompt_chars // 4 + len(content) // 4},
+        "choices": [{"index": 0, "finish_reason": "tool_calls" if calls else "stop", "message": message}],
+        "usage": {"prompt_tokens": prompt_chars // 4, "completion_tokens": out_chars // 4,
+                  "total_tokens": prompt_chars // 4 + out_chars // 4},
     }
+    if "usage" in reply:
+        if reply["usage"] is None:
+            del body["usage"]
+        else:
+            body["usage"] = reply["usage"]
+    return body
 
 
 def make_handler(state: _State) -> type[BaseHTTPRequestHandler]:
@@ -121,13 +147,21 @@ def make_handler(state: _State) -> type[BaseHTTPRequestHandler]:
             users = [m for m in messages if m.get("role") == "user"]
             found = _TASK.search(users[0].get("content", "")) if users else None
             task = found.group(1) if found else "?"
-            reply, number = state.pick(task, len(users))
-            kind = next((k for k in ("content", "status", "truncated", "no_choices", "drop") if k in reply), "?")
+            if request.get("tools") and state.refuse_tools:
+                state.log({"n": None, "task": task, "reply": "refused_tools", "tools": True})
+                self._send(400, b'{"error": {"message": "tool calling is not enabled on this server"}}')
+                return
+            turn = len(users)
+            if request.get("tools"):
+                turn = 1 + sum(m.get("role") == "assistant" for m in messages)
+            reply, number = state.pick(task, turn)
+            kind = next((k for k in ("tool_calls", "content", "status", "truncated", "no_choices", "drop")
+                         if k in reply), "?")
             with state.lock:
                 state.in_flight += 1
                 in_flight = state.in_flight
             try:
-                self._answer(state, request, messages, task, len(users), reply, kind, number, in_flight)
+                self._answer(state, request, messages, task, turn, reply, kind, number, in_flight)
             finally:
                 with state.lock:
                     state.in_flight -= 1
@@ -137,6 +171,7 @@ def make_handler(state: _State) -> type[BaseHTTPRequestHandler]:
             state.log({"n": number, "task": task, "turn": turn, "reply": kind, "in_flight": in_flight,
                        "authorization": self.headers.get("Authorization"), "model": request.get("model"),
                        "temperature": request.get("temperature"), "max_tokens": request.get("max_tokens"),
+                       "tools": [t.get("function", {}).get("name") for t in request.get("tools") or []],
                        "messages": messages})
             if reply.get("delay_s"):
                 time.sleep(float(reply["delay_s"]))
@@ -153,12 +188,12 @@ def make_handler(state: _State) -> type[BaseHTTPRequestHandler]:
                 self._send(200, json.dumps({"id": f"chatcmpl-{number}", "object": "chat.completion",
                                             "choices": []}).encode())
                 return
-            text = reply.get("content", reply.get("truncated", ""))
-            body = json.dumps(_completion(text, request, number)).encode()
+            text = reply.get("content", reply.get("truncated", "" if "tool_calls" not in reply else None))
+            body = json.dumps(_completion(text, request, number, reply)).encode()
             if "truncated" in reply:
                 body = body[: len(body) // 2]
             self._send(200, body)
-            if "content" in reply:
+            if "content" in reply or "tool_calls" in reply:
                 with state.lock:
                     state.completions += 1
                     dying = state.die_after is not None and state.completions >= state.die_after
@@ -166,6 +201,15 @@ def make_handler(state: _State) -> type[BaseHTTPRequestHandler]:
                     os._exit(3)
 
     return Handler
+
+
+def serve_in_thread(recording: dict[str, Any], log_path: str | Path) -> tuple[ThreadingHTTPServer, str]:
+    """The server in a thread of this process (a script that has no child processes to spare):
+    (server, base URL). `server.shutdown()` stops it."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(_State(recording, str(log_path))))
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="loopback-llm", daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}/v1"
 
 
 def serve(recording_path: str, log_path: str, port: int = 0) -> None:
@@ -245,6 +289,32 @@ def mutation_reply(mutation_id: str) -> str:
     mutation = next(m for m in load_mutations() if m.id == mutation_id)
     variant = apply(mutation)
     return reply_text(variant.code, variant.manifest, prose=f"A first attempt at {mutation.task}.")
+
+
+def expert_arguments(task_id: str) -> dict[str, Any]:
+    """The expert kernel as a tool call's arguments: code and (when it has one) its manifest."""
+    folder = SOLUTIONS / task_id
+    args: dict[str, Any] = {"code": (folder / "kernel.ptx").read_text(), "language": "ptx"}
+    if (folder / "manifest.json").exists():
+        args["manifest"] = json.loads((folder / "manifest.json").read_text())
+    return args
+
+
+def mutation_arguments(mutation_id: str, task_id: str | None = None) -> dict[str, Any]:
+    """A mutation of an expert as a tool call's arguments. With `task_id`, the mutation's edits are
+    applied to that task's expert instead (a sibling task: the causal attention kernels)."""
+    from dataclasses import replace
+
+    from ptxbench.tasks.mutations import apply, load_mutations
+
+    mutation = next(m for m in load_mutations() if m.id == mutation_id)
+    if task_id is not None:
+        mutation = replace(mutation, task=task_id)
+    variant = apply(mutation)
+    args: dict[str, Any] = {"code": variant.code, "language": "ptx"}
+    if variant.manifest:
+        args["manifest"] = json.loads(variant.manifest)
+    return args
 
 
 def main(argv: list[str]) -> None:

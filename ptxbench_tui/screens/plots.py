@@ -1,12 +1,15 @@
-"""Plots (7): speedup distribution per model, rates by context level, train vs held-out."""
+"""Plots (7): speedup distribution per model, rates by context level, train vs held-out, and the
+headline by turn budget (db/headline.py) with the paper's published numbers beside it."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import Horizontal
+from textual.message import Message
 from textual.widgets import Select, Static, TabbedContent, TabPane
 from rich.markup import escape
 from textual_plot import HiResMode, PlotWidget
@@ -19,7 +22,7 @@ from ptxbench.tui.screens.base import ViewScreen
 from ptxbench.tui.widgets.code_view import resolve_color
 from ptxbench.tui.widgets.plot import Plot
 
-TABS = ("plot-speedup", "plot-levels", "plot-split")
+TABS = ("plot-speedup", "plot-levels", "plot-split", "plot-headline")
 SERIES_VARIABLES = ("primary", "accent", "success", "error", "warning", "secondary", "foreground")
 BINS = 24
 
@@ -38,6 +41,12 @@ def histogram(values: list[float], lo: float, hi: float, bins: int = BINS) -> tu
     return centres, [c / len(values) for c in counts]
 
 
+@dataclass
+class HeadlineLoaded(Message):
+    rows: list
+    task_id: str
+
+
 class PlotsScreen(ViewScreen):
     MODE = "plots"
     AUTO_FOCUS = "#plot-speedup-widget"
@@ -47,6 +56,7 @@ class PlotsScreen(ViewScreen):
         super().__init__()
         self.task_id = ""
         self.data: summary.PlotData | None = None
+        self.headline: list = []  # db.headline.HeadlineRow
 
     def compose_body(self) -> ComposeResult:
         with Horizontal(id="plots-bar"):
@@ -54,7 +64,7 @@ class PlotsScreen(ViewScreen):
             yield Static("", id="plots-status", classes="status")
         with TabbedContent(id="plot-tabs"):
             for pane, title in (("plot-speedup", "Speedup distribution"), ("plot-levels", "Rates by context level"),
-                                ("plot-split", "Train vs held-out")):
+                                ("plot-split", "Train vs held-out"), ("plot-headline", "Headline")):
                 with TabPane(title, id=pane):
                     yield Static("", id=f"{pane}-legend", classes="plot-legend")
                     yield Plot(id=f"{pane}-widget")
@@ -71,6 +81,22 @@ class PlotsScreen(ViewScreen):
     def load(self) -> None:
         if self.ptx.cells is not None:
             self.fetch(self.task_id)
+            self.fetch_headline(self.task_id)
+
+    @work(thread=True, exclusive=True, group="plots-headline", exit_on_error=False, description="headline")
+    def fetch_headline(self, task_id: str) -> None:
+        from ptxbench.db.headline import headline
+
+        try:
+            rows = self.ptx.reader.read(headline, tasks=[task_id] if task_id else None)
+        except Exception as exc:  # reported, never fatal
+            self.post_message(StoreFailed(f"headline: {exc}"))
+            return
+        self.post_message(HeadlineLoaded(rows, task_id))
+
+    def on_headline_loaded(self, message: "HeadlineLoaded") -> None:
+        self.headline = message.rows
+        self._headline(self.colours())
 
     @work(thread=True, exclusive=True, group="plots", exit_on_error=False, description="plot data")
     def fetch(self, task_id: str) -> None:
@@ -106,6 +132,7 @@ class PlotsScreen(ViewScreen):
         self._speedups(data, colours)
         self._levels(data, colours)
         self._split(data, colours)
+        self._headline(colours)
         n = sum(len(v) for v in data.speedups.values())
         empty = " (speedups come from the GPU stages: none timed yet)" if n == 0 else ""
         self.query_one("#plots-status", Static).update(
@@ -182,6 +209,44 @@ class PlotsScreen(ViewScreen):
             plot.set_ylabel("share")
         self._legend("plot-split", "Share of measured sizes judged ok (each size of each sample's latest evaluation)",
                      [("██", colours[0], "train sizes"), ("██", colours[1 % len(colours)], "held-out sizes")])
+
+    def _headline(self, colours: list[str]) -> None:
+        """Per model (and context level): with a task chosen, its best speedup by turn budget beside the
+        paper's best published one (theirs); for all tasks, the share correct with every family in SASS."""
+        from ptxbench.tasks.published import TURN_LIMITS, best_published
+
+        plot = self.query_one("#plot-headline-widget", PlotWidget)
+        plot.clear()
+        plot.show_legend(is_visible=False)
+        series: dict[str, dict[int, list[float]]] = {}
+        for r in self.headline:
+            value = r.best_speedup if self.task_id else r.correct_sass
+            if value is not None:
+                series.setdefault(f"{r.model}/{r.context}", {}).setdefault(r.turn_budget, []).append(value)
+        entries = []
+        for i, (name, by_budget) in enumerate(sorted(series.items())):
+            xs = sorted(by_budget)
+            ys = [sum(by_budget[x]) / len(by_budget[x]) for x in xs]
+            colour = colours[i % len(colours)]
+            plot.plot(xs, ys, line_style=colour, hires_mode=HiResMode.BRAILLE)
+            plot.scatter(xs, ys, marker_style=colour, marker="●")
+            entries.append(("━●", colour, name))
+        paper = [best_published(self.task_id, t) for t in TURN_LIMITS] if self.task_id else []
+        if any(p is not None for p in paper):
+            xs = [t for t, p in zip(TURN_LIMITS, paper) if p is not None]
+            ys = [p.best_speedup for p in paper if p is not None]
+            plot.scatter(xs, ys, marker_style=colours[-1], marker="◆")
+            best = max((p for p in paper if p is not None), key=lambda p: p.best_speedup)
+            entries.append(("◆", colours[-1], f"the paper's best (theirs: {best.model} and others, {best.device})"))
+        plot.set_xlabel("turn budget")
+        plot.set_ylabel("best speedup over the library (×)" if self.task_id else "correct with every family in SASS")
+        if series or paper:
+            plot.set_xticks([1, 2, 4, 8])
+        title = (f"{self.task_id}: best speedup by turn budget" if self.task_id
+                 else "All tasks: share of trajectories correct with every requested family in SASS")
+        if not series:
+            title += " (no model runs judged yet)"
+        self._legend("plot-headline", title, entries)
 
     @on(Select.Changed, "#plots-task")
     def _task(self, event: Select.Changed) -> None:
