@@ -93,7 +93,7 @@ async def soak(app: RecordingApp, pilot, seconds: float, tag: str) -> dict:
         if n % 3 == 2:
             kept = len(app.kept)
             await pilot.press("f")  # the Fixit mark: one more label row, with the current note
-            if not await until(pilot, lambda: len(app.kept) > kept, 10):
+            if not await until(pilot, lambda kept=kept: len(app.kept) > kept, 10):
                 raise SystemExit("f kept no Fixit mark")
             saves += 1
             await settle(pilot)
@@ -106,14 +106,14 @@ async def soak(app: RecordingApp, pilot, seconds: float, tag: str) -> dict:
     return {"notes": notes, "saves": saves, "kept": app.kept, "all_saved": all_saved, "unsaved": len(app.unsaved)}
 
 
-def note_field(app: RecordingApp):  # noqa: ANN201 - the label dialog's note Input, once keys reach it
+def note_field(app: RecordingApp):
     screen, focused = app.screen, app.focused
     if isinstance(screen, LabelDialog) and screen.is_mounted and focused is not None and focused.id == "label-note":
         return focused
     return None
 
 
-async def label_once(app: RecordingApp, pilot, note: str) -> int:  # noqa: ANN001
+async def label_once(app: RecordingApp, pilot, note: str) -> int:
     """`l` on the row under the cursor, `note` typed into the dialog, Enter: returns the sample
     the explorer kept the label for. Raises SystemExit where the explorer did not take `note`."""
     await pilot.press("l")

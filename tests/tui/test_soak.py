@@ -58,7 +58,7 @@ def _writer(store: Path, folder: Path, stop: threading.Event, done: list[str]) -
         round_ += 1
 
 
-def _label_rows(conn) -> list[tuple[int, str, int]]:  # noqa: ANN001
+def _label_rows(conn) -> list[tuple[int, str, int]]:
     return conn.execute("SELECT sample_id, note, fixit_candidate FROM labels").fetchall()
 
 
@@ -128,11 +128,11 @@ async def test_the_driver_reports_only_labels_the_explorer_took_on_a_slow_machin
 
     read_detail, on_mount = Labelling._read_detail, LabelDialog.on_mount
 
-    def slow_read(self, sample_id):  # noqa: ANN001, ANN202 - the sample's detail read on a busy machine
+    def slow_read(self, sample_id):
         time.sleep(0.3)
         return read_detail(self, sample_id)
 
-    async def slow_mount(self) -> None:  # noqa: ANN001 - composed, not yet mounted: nothing has the focus
+    async def slow_mount(self) -> None:
         await asyncio.sleep(0.3)
         on_mount(self)
 
