@@ -5,6 +5,13 @@ reference (a float64 GEMM, a chunked attention) is computed once per worker,
 not once per candidate. Entries are evicted least-recently-used when the
 cache passes its byte budget.
 
+An entry lives in device memory a candidate's kernel can write, and a job
+fingerprints only the sizes it judges: a write into another size's entry, or
+into an entry a later candidate will use, would otherwise stand as that
+candidate's inputs and reference. So every entry is sealed with its
+fingerprint (in host memory) when it is drawn and checked against it whenever it is handed
+out; one that changed is drawn again (and counted in `corrupted`).
+
 Runs inside the worker process only (imports torch).
 """
 
@@ -30,6 +37,7 @@ Key = tuple[str, tuple[tuple[str, int], ...], int]
 class TaskData:
     inputs: dict[str, torch.Tensor]         # pristine, in the spec's dtypes, contiguous
     reference: dict[str, torch.Tensor]      # higher precision
+    seal: torch.Tensor | None = None        # the fingerprint when drawn, kept in host memory (cached entries)
 
     @property
     def nbytes(self) -> int:
@@ -51,6 +59,7 @@ class DataCache:
         self._entries: OrderedDict[Key, TaskData] = OrderedDict()
         self.hits = 0
         self.misses = 0
+        self.corrupted = 0                  # entries found changed since they were drawn, and drawn again
 
     @staticmethod
     def key(task: TaskSpec, sizes: dict[str, int], seed: int) -> Key:
@@ -60,10 +69,15 @@ class DataCache:
         key = self.key(task, sizes, seed)
         if key in self._entries:
             self._entries.move_to_end(key)
-            self.hits += 1
-            return self._entries[key]
+            entry = self._entries[key]
+            if entry.seal is not None and torch.equal(fingerprint(entry).cpu(), entry.seal):
+                self.hits += 1
+                return entry
+            self.corrupted += 1
+            del self._entries[key]
         self.misses += 1
         data = draw(task, sizes, seed, self.device)
+        data.seal = fingerprint(data).cpu()      # where no kernel can write it
         self._entries[key] = data
         self._evict()
         return data

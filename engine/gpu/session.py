@@ -189,7 +189,7 @@ class Session:
             module.close()
         result.recycle = self.recycle or self._leftovers(job)
         result.worker_s = time.perf_counter() - started
-        result.cache = {"hits": self.cache.hits, "misses": self.cache.misses}
+        result.cache = {"hits": self.cache.hits, "misses": self.cache.misses, "corrupted": self.cache.corrupted}
         return result
 
     def _all_sizes_fail(self, job: Job, result: JobResult, category: str, message: str, started: float,

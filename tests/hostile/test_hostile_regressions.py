@@ -84,3 +84,32 @@ def test_a_search_of_only_quotes_or_stars_finds_nothing_instead_of_failing(tmp_p
         assert browse.sample_count(conn, browse.SampleFilter(text="add.rn.f32")) == 3
     finally:
         conn.close()
+
+
+def test_a_cached_input_set_written_into_after_it_was_drawn_is_drawn_again():
+    """The worker's reference cache keeps every size's inputs and references in device memory a kernel
+    can write, and a job fingerprinted only the sizes it judged: a candidate that wrote into another
+    size's entry, or one a later candidate would use, left that candidate judged against what it
+    wrote. Every entry is now sealed with its fingerprint (in host memory) when drawn and checked when
+    handed out."""
+    import pytest
+
+    torch = pytest.importorskip("torch")
+    from ptxbench.engine.gpu.datacache import DataCache
+    from ptxbench.tasks.spec import get_task
+
+    task = get_task("vector_add_smoke")
+    cache = DataCache(torch.device("cpu"), 1 << 30)
+    sizes = {"N": 4096}
+    first = cache.get(task, sizes, 7)
+    want_x, want_z = first.inputs["X"].clone(), first.reference["Z"].clone()
+    assert cache.get(task, sizes, 7) is first and cache.hits == 1 and cache.corrupted == 0
+
+    # A kernel of an earlier job swaps two elements of the reference (a sum would not see it) and
+    # zeroes one input element.
+    first.reference["Z"][[3, 9]] = first.reference["Z"][[9, 3]].clone()
+    first.inputs["X"][100] = 0
+    again = cache.get(task, sizes, 7)
+    assert again is not first and cache.corrupted == 1
+    assert torch.equal(again.inputs["X"], want_x) and torch.equal(again.reference["Z"], want_z)
+    assert cache.get(task, sizes, 7) is again and cache.corrupted == 1
