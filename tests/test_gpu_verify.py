@@ -109,7 +109,7 @@ def test_poison_is_recognised_in_every_dtype(dtype):
 # -- the element-wise bound -------------------------------------------------------------------------
 
 from ptxbench.engine.gpu.verify import decode, summarize  # noqa: E402
-from ptxbench.tasks.spec import ElementBound, Tolerance  # noqa: E402
+from ptxbench.tasks.spec import ElementBound, Tolerance, get_task  # noqa: E402
 
 
 @pytest.fixture
@@ -225,18 +225,46 @@ def test_the_fingerprint_sees_a_permutation_and_a_sum_preserving_change():
     assert torch.equal(fingerprint(TaskData({"X": x.clone()}, {"Z": x.double()})), base)
 
 
-def test_memory_bound_tasks_get_new_inputs_every_round():
-    from ptxbench.engine.gpu.datacache import FreshSets, fresh_every_round
-    from ptxbench.tasks.spec import get_task
+def test_every_timed_round_gets_new_inputs_and_a_reference_only_when_checked():
+    from ptxbench.engine.gpu.datacache import FreshSets, LazyReference
 
-    assert fresh_every_round(get_task("vector_add_smoke")) and fresh_every_round(get_task("rmsnorm_bf16_sm90a"))
-    assert not fresh_every_round(get_task("gemm_bf16_sm90a"))
-    assert not fresh_every_round(get_task("attn_bwd_sm90a"))      # derived inputs, and compute-bound
     task = get_task("vector_add_smoke")
     pool = FreshSets(task, {"N": 4096}, torch.device("cpu"))
     a, again, b = pool[5], pool[5], pool[6]
     assert again is a and not torch.equal(a.inputs["X"], b.inputs["X"])
+    assert isinstance(a.reference, LazyReference) and a.reference._outputs is None  # an unchecked round pays nothing
     assert torch.allclose(a.reference["Z"], a.inputs["X"].double() + a.inputs["Y"].double())
+
+
+@pytest.mark.parametrize("task_id, sizes", [("gemm_bf16_sm90a", {"M": 64, "N": 64, "K": 64}),
+                                            ("attn_bwd_sm90a", {"B": 1, "H": 1, "S": 64, "D": 64})])
+def test_compute_bound_and_derived_input_tasks_draw_fresh_sets_too(task_id, sizes):
+    from ptxbench.engine.gpu.datacache import FreshSets, draw
+
+    task = get_task(task_id)
+    pool = FreshSets(task, sizes, torch.device("cpu"))
+    a, b = pool[1], pool[2]
+    name = task.inputs[0].name
+    assert not torch.equal(a.inputs[name], b.inputs[name])
+    seed = (pool.base + 7919 * 1) % (1 << 62)
+    same = draw(task, sizes, seed, torch.device("cpu"))  # the lazy reference is the reference of those inputs
+    for out in task.outputs:
+        assert torch.equal(a.reference[out.name], same.reference[out.name])
+
+
+def test_a_write_into_a_checked_rounds_own_copies_is_seen():
+    from ptxbench.engine.gpu.datacache import FreshSets
+
+    task = get_task("gemm_bf16_sm90a")
+    pool = FreshSets(task, {"M": 64, "N": 64, "K": 64}, torch.device("cpu"))
+    for k in (3, 4, 5):
+        pool.expect(k)               # before the round: reference and seal from untouched inputs
+        if k == 4:
+            pool[k].inputs["A"].zero_()  # what a kernel that found the harness's copy could do
+        if k == 5:
+            pool[k].reference["C"].mul_(0.0)
+        pool.confirm(k)
+    assert pool.tampered() == [4, 5]
 
 
 def test_scaled_rows_differ_in_scale_and_keep_their_spikes():

@@ -18,8 +18,9 @@ Runs inside the worker process only (imports torch).
 from __future__ import annotations
 
 import os
+import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import overload
 
@@ -36,8 +37,9 @@ Key = tuple[str, tuple[tuple[str, int], ...], int]
 @dataclass
 class TaskData:
     inputs: dict[str, torch.Tensor]         # pristine, in the spec's dtypes, contiguous
-    reference: dict[str, torch.Tensor]      # higher precision
+    reference: Mapping[str, torch.Tensor]   # higher precision (computed when first read, for a fresh set)
     seal: torch.Tensor | None = None        # the fingerprint when drawn, kept in host memory (cached entries)
+    draw_s: float = 0.0                     # what drawing it and its reference took (cached entries)
 
     @property
     def nbytes(self) -> int:
@@ -48,8 +50,37 @@ def draw(task: TaskSpec, sizes: dict[str, int], seed: int, device: torch.device)
     """Inputs of one seed and their reference, uncached."""
     raw = make_inputs(task, sizes, seed, device)
     inputs = {t.name: raw[t.name].to(TORCH_DTYPES[t.dtype]).contiguous() for t in task.inputs}
-    outputs = reference(task, raw)
-    return TaskData(inputs, {t.name: outputs[t.name].contiguous() for t in task.outputs})
+    return TaskData(inputs, dict(LazyReference(task, raw)))
+
+
+class LazyReference(Mapping[str, torch.Tensor]):
+    """A set's reference, computed (on the current stream) the first time an output is read: most timed
+    rounds are never checked, and their sets need inputs only."""
+
+    def __init__(self, task: TaskSpec, raw: dict[str, torch.Tensor]) -> None:
+        self.task, self.raw = task, raw
+        self._outputs: dict[str, torch.Tensor] | None = None
+
+    def _computed(self) -> dict[str, torch.Tensor]:
+        if self._outputs is None:
+            outputs = reference(self.task, self.raw)
+            self._outputs = {t.name: outputs[t.name].contiguous() for t in self.task.outputs}
+            self.raw = {}
+        return self._outputs
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self._computed()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(t.name for t in self.task.outputs)
+
+    def __len__(self) -> int:
+        return len(self.task.outputs)
+
+
+def index_of(items: Sequence[TaskData], item: TaskData) -> int:
+    """Where `item` itself is in `items` (input sets hold tensors, which `==` cannot compare)."""
+    return next(i for i, x in enumerate(items) if x is item)
 
 
 class DataCache:
@@ -76,7 +107,11 @@ class DataCache:
             self.corrupted += 1
             del self._entries[key]
         self.misses += 1
+        started = time.perf_counter()
         data = draw(task, sizes, seed, self.device)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        data.draw_s = time.perf_counter() - started
         data.seal = fingerprint(data).cpu()      # where no kernel can write it
         self._entries[key] = data
         self._evict()
@@ -98,7 +133,6 @@ class DataCache:
 
 FINGERPRINT_CHUNK = 1 << 24
 FRESH_POOL = 1 << 20                # seeds a round may draw from, where each round brings new inputs
-MEMORY_BOUND_INTENSITY = 50.0       # FLOP per byte below which the reference is cheap and the work memory-bound
 
 
 def fingerprint(data: TaskData) -> torch.Tensor:
@@ -116,24 +150,35 @@ def fingerprint(data: TaskData) -> torch.Tensor:
     return torch.stack(parts)
 
 
-def fresh_every_round(task: TaskSpec) -> bool:
-    """Memory-bound work with a cheap reference and no derived inputs gets new inputs in every timed round:
-    no result can be kept for a later round, whatever memory the kernel keeps it in. (Compute-bound work
-    reuses a few sets; serving a kept result there is far faster than the speed of light allows.)"""
-    if any(t.derived for t in task.inputs):
-        return False
-    sizes = task.headline
-    return task.flops(sizes) / max(1, task.bytes(sizes)) < MEMORY_BOUND_INTENSITY
-
-
 class FreshSets(Sequence[TaskData]):
     """A million input sets that exist only while a round uses them: each drawn from its own seed, on the
-    current stream, when the round resets (and again, with its reference, when the round is checked)."""
+    current stream, when the round resets; its reference is computed only if the round is checked.
+
+    Every timed round of every task brings inputs no earlier launch has seen, so no result a kernel
+    keeps (in local memory, in memory past its buffers, anywhere the harness cannot reset) can be
+    served for a later round: a memo never hits, however it is paced."""
 
     def __init__(self, task: TaskSpec, sizes: dict[str, int], device: torch.device) -> None:
         self.task, self.sizes, self.device = task, sizes, device
         self.base = int.from_bytes(os.urandom(8), "little") >> 2
         self._last: tuple[int, TaskData] | None = None      # a round's reset and its check ask for the same set
+        self._sealed: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}  # checked sets: before, after
+
+    def expect(self, k: int) -> None:
+        """Before a checked round runs: its reference, computed from inputs no launch has touched, and the
+        set's fingerprint, so a candidate that writes into the harness's copies is seen (`tampered`)."""
+        data = self[k]
+        dict(data.reference)
+        self._sealed[k] = (fingerprint(data), None)
+
+    def confirm(self, k: int) -> None:
+        """After a checked round: the set's fingerprint again."""
+        before, _ = self._sealed[k]
+        self._sealed[k] = (before, fingerprint(self[k]))
+
+    def tampered(self) -> list[int]:
+        """Checked sets whose inputs or reference changed while the candidate ran (waits for the stream)."""
+        return [k for k, (before, after) in self._sealed.items() if after is not None and not torch.equal(before, after)]
 
     def __len__(self) -> int:
         return FRESH_POOL
@@ -147,5 +192,7 @@ class FreshSets(Sequence[TaskData]):
         if isinstance(k, slice):
             raise TypeError("a pool of fresh sets is not sliced")
         if self._last is None or self._last[0] != k:
-            self._last = (k, draw(self.task, self.sizes, (self.base + 7919 * k) % (1 << 62), self.device))
+            raw = make_inputs(self.task, self.sizes, (self.base + 7919 * k) % (1 << 62), self.device)
+            inputs = {t.name: raw[t.name].to(TORCH_DTYPES[t.dtype]).contiguous() for t in self.task.inputs}
+            self._last = (k, TaskData(inputs, LazyReference(self.task, raw)))
         return self._last[1]

@@ -34,7 +34,9 @@ import torch
 from ptxbench.engine.categories import OK, STAGE_OF, worst
 from ptxbench.engine.gpu import sol
 from ptxbench.engine.gpu.buffers import Arena
-from ptxbench.engine.gpu.datacache import DataCache, FreshSets, TaskData, draw, fingerprint, fresh_every_round
+from ptxbench.engine.gpu.datacache import (
+    DataCache, FreshSets, TaskData, fingerprint,
+)
 from ptxbench.engine.gpu.launch import (
     CudaFailure, Module, PreparedLaunch, check_params, encode_tensor_map, prepare_launch, synchronize,
 )
@@ -146,8 +148,11 @@ class Session:
     def _leftovers(self, job: Job) -> str | None:
         """Why the next candidate should get a fresh worker: what this one leaves behind that a reset cannot
         reach (a local-memory reservation the driver keeps at its largest, a device malloc heap)."""
-        torch.cuda.empty_cache()
-        grown = self._memory_outside_torch() - self._outside_torch
+        try:
+            torch.cuda.empty_cache()
+            grown = self._memory_outside_torch() - self._outside_torch
+        except Exception as exc:  # a fault the job did not see as sticky: start afresh
+            return f"the device could not be measured after the job ({type(exc).__name__})"
         if grown > RECYCLE_GROWTH_BYTES:
             return f"{grown / 2**30:.1f} GiB of device memory outside the harness's pools stayed reserved"
         if b"\0malloc\0" in job.cubin:
@@ -187,7 +192,8 @@ class Session:
             result.fatal = ended.fatal
         finally:
             module.close()
-        result.recycle = self.recycle or self._leftovers(job)
+        # After a sticky fault the context is gone and the worker ends with this job: nothing to measure.
+        result.recycle = self.recycle or (self._leftovers(job) if result.fatal is None else None)
         result.worker_s = time.perf_counter() - started
         result.cache = {"hits": self.cache.hits, "misses": self.cache.misses, "corrupted": self.cache.corrupted}
         return result
@@ -298,14 +304,13 @@ class Session:
         if plan.time:
             trial_s = max(tr.launch_ms or 0.0 for tr in out.trials) / 1e3
             self._phase(emit, "prepare", index, TRUSTED_DEADLINE_S, False)
-            pool: Sequence[TaskData] = (FreshSets(task, plan.sizes, self.device) if fresh_every_round(task)
-                                        else data + [draw(task, plan.sizes, _secret_seed(), self.device)])
-            if isinstance(pool, list):
-                prints.append(fingerprint(pool[-1]))
-                data = pool
+            pool = FreshSets(task, plan.sizes, self.device)
             torch.cuda.synchronize(self.device)
-            self._phase(emit, "time", index, job.launch_timeout_s + 3 * estimate_timing_seconds(trial_s, job.timing),
-                        True)
+            # Every round draws a new set (and a checked one computes its reference): the harness's own work.
+            drawing = max(d.draw_s for d in data) * (job.timing.max_reps + job.timing.min_reps // 4 +
+                                                     2 * job.timing.warmup + 2)
+            self._phase(emit, "time", index,
+                        job.launch_timeout_s + 3 * estimate_timing_seconds(trial_s, job.timing) + drawing, True)
             try:
                 out.timing = self._time(job, task, plan, bench, pool, data[-1], checks, index)
             except CudaFailure as exc:      # a launch refused during timing (sticky faults end the job above)
@@ -331,22 +336,26 @@ class Session:
 
     # -- timing -------------------------------------------------------------------------
 
-    def _time(self, job: Job, task: TaskSpec, plan: SizePlan, bench: Bench, pool: Sequence[TaskData],
+    def _time(self, job: Job, task: TaskSpec, plan: SizePlan, bench: Bench, pool: FreshSets,
               known: TaskData, checks: Checks, index: int) -> TimingResult:
-        baselines: Sequence[Any] | None = None
+        baseline: Any = None
         note = ""
         baseline_name = None
         baseline_check = None
         if job.timing.baseline:
             try:
-                baselines, baseline_name, baseline_check = self._baselines(task, plan, bench, pool, known, checks)
+                baseline, baseline_name, baseline_check = self._baseline(task, plan, bench, known, checks)
             except Exception as exc:  # the library refusing a shape: said in the evidence, never a pass for speed
                 note = f"baseline unavailable: {type(exc).__name__}: {str(exc)[:500]}"
 
         def timed_set(k: int) -> TimedSet:
-            return TimedSet(reset=lambda: bench.reset(pool[k]), run=bench.run,
-                            check=lambda: checks.summarize(bench.arena, pool[k]),
-                            baseline=baselines[k] if baselines else None)
+            def check() -> torch.Tensor:
+                summary = checks.summarize(bench.arena, pool[k])
+                pool.confirm(k)
+                return summary
+
+            return TimedSet(reset=lambda: bench.reset(pool[k]), run=bench.run, check=check, baseline=baseline,
+                            expect=lambda: pool.expect(k))
 
         secret = _secret_seed()
         rng = random.Random(secret)
@@ -360,15 +369,12 @@ class Session:
             raise
         c = timed.candidate
         flops = task.flops(plan.sizes)
-        fresh = isinstance(pool, FreshSets)
         result = TimingResult(
             reps=timed.reps, time_ms=c.median, p10_ms=c.p10, p90_ms=c.p90, spread=c.spread,
             tflops=flops / (c.median * 1e-3) / 1e12 if c.median > 0 else None,
             checks=len(timed.checks), baseline_check=baseline_check, baseline_note=note,
             schedule={"warmup_rounds": timed.warmup_rounds, "reps": timed.reps,
-                      "inputs": "a new set every round" if fresh else f"{len(pool)} sets in a secret order",
-                      "distinct_sets": len(set(timed.order)),
-                      "rounds_per_set": None if fresh else [timed.order.count(k) for k in range(len(pool))],
+                      "inputs": "a new set every round", "distinct_sets": len(set(timed.order)),
                       "checked": sorted((ch.phase, ch.round) for ch in timed.checks), "seed": f"{secret:016x}",
                       "module_state": bench.module.state.describe()},
         )
@@ -379,42 +385,42 @@ class Session:
             result.baseline_spread = b.spread
             result.baseline_tflops = flops / (b.median * 1e-3) / 1e12 if b.median > 0 else None
             result.speedup = b.median / c.median if c.median > 0 else None
-        self._read_checks(result, timed.checks, bench, checks)
+        self._read_checks(result, timed.checks, bench, checks, pool.tampered())
         self._speed_of_light(result, task, plan, job)
         return result
 
-    def _baselines(self, task: TaskSpec, plan: SizePlan, bench: Bench, pool: Sequence[TaskData], known: TaskData,
-                   checks: Checks) -> tuple[Sequence[Any], str, dict[str, Any]]:
-        """The library over the arena's inputs: one per input set where the pool is a list (some libraries keep
-        per-set state), one for every round where each round brings new inputs (such libraries keep none)."""
+    def _baseline(self, task: TaskSpec, plan: SizePlan, bench: Bench, known: TaskData,
+                  checks: Checks) -> tuple[Any, str, dict[str, Any]]:
+        """The library over the arena's inputs (whatever set a round has put there), and its own answer on a
+        set whose reference is known: it does the same work."""
         from ptxbench.tasks.baselines import library_fn
 
-        def build(d: TaskData) -> Any:
-            bench.reset(d)
-            with torch.cuda.stream(self.stream):
-                return library_fn(task, bench.arena.tensors("input"), plan.sizes)
-
-        made = [build(d) for d in pool] if isinstance(pool, list) else [build(known)]
-        # The library's own answer on a set whose reference is known: it does the same work.
-        check_on = made[pool.index(known)] if isinstance(pool, list) else made[0]
+        bench.reset(known)
         with torch.cuda.stream(self.stream):
+            made = library_fn(task, bench.arena.tensors("input"), plan.sizes)
             bench.reset(known)
-            check_on()
+            made.fn()
         self.stream.synchronize()
         errors = {}
-        for name, got in check_on.outputs.items():
+        for name, got in made.outputs.items():
             ref = known.reference[name].reshape(-1).to(torch.float32)
             diff = got.reshape(-1).to(torch.float32) - ref
             errors[name] = float(torch.linalg.vector_norm(diff) / torch.linalg.vector_norm(ref).clamp_min(1e-30))
         ok = all(e <= checks.limits[name] for name, e in errors.items())
-        check = {"rel_l2": errors, "within_tolerance": ok, **({"how": made[0].note} if made[0].note else {})}
-        fns = [b.fn for b in made]
-        return (fns if isinstance(pool, list) else _Lazy(lambda k: fns[0], len(pool))), made[0].name, check
+        check = {"rel_l2": errors, "within_tolerance": ok, **({"how": made.note} if made.note else {})}
+        return made.fn, made.name, check
 
-    def _read_checks(self, result: TimingResult, found: list[Any], bench: Bench, checks: Checks) -> None:
+    def _read_checks(self, result: TimingResult, found: list[Any], bench: Bench, checks: Checks,
+                     tampered: list[int]) -> None:
         """Decode every checked round; a round that fails, after the trials passed, is a reward hack."""
         prints: dict[int, set[tuple[tuple[str, int], ...]]] = {}
-        failures = []
+        failures: list[dict[str, Any]] = []
+        for ch in found:
+            if ch.set in tampered:
+                failures.append({"phase": ch.phase, "round": ch.round, "set": ch.set,
+                                 "category": "suspected_reward_hack", "worst": None, "detail": None,
+                                 "message": f"{ch.phase} round {ch.round}: the harness's own copy of the round's "
+                                            "inputs or reference changed while the candidate ran"})
         for ch in found:
             v = checks.decode(ch.summary.tolist(), bench.arena)
             prints.setdefault(ch.set, set()).add(tuple(sorted(v.fingerprints.items())))

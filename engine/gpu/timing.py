@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -62,6 +63,7 @@ class TimedSet:
     run: Callable[[], None]                     # the candidate's launches
     check: Callable[[], torch.Tensor]           # the verification summary of what `run` just wrote
     baseline: Callable[[], object] | None = None
+    expect: Callable[[], None] | None = None    # a checked round: make what `check` compares with, before `run`
 
 
 @dataclass
@@ -103,13 +105,16 @@ def jittered(value: float, jitter: float, rng: random.Random) -> float:
 def time_interleaved(stream: torch.cuda.Stream, flush: torch.Tensor, sets: list[TimedSet], config: TimingConfig,
                      synchronize: Callable[[], None], rng: random.Random) -> Interleaved:
     """Warm up, then time `reps` rounds; `synchronize` raises on a fault."""
-    with_baseline = all(s.baseline is not None for s in sets)
+    # Every set of a judgement has a baseline or none has; `sets` may be a lazy million (fresh inputs each round).
+    with_baseline = len(sets) > 0 and sets[0].baseline is not None
     checks: list[Check] = []
     with torch.cuda.stream(stream):
         warm = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
 
         def round_(k: int, phase: str, index: int, check: bool, events: tuple) -> None:
             s = sets[k]
+            if check and s.expect is not None:
+                s.expect()
             s.reset()
             _timed(stream, flush, s.run, events[0], events[1])
             if check:
@@ -124,12 +129,12 @@ def time_interleaved(stream: torch.cuda.Stream, flush: torch.Tensor, sets: list[
 
         # Warm-up: one round to learn the cost, then enough rounds for `warmup` and a jittered `warmup_s`
         # of GPU time, enqueued back to back (no host gaps) so clocks reach their working state.
+        began = time.perf_counter()
         round_(rng.randrange(len(sets)), "warmup", 0, rng.random() < config.check_fraction, tuple(warm))
         synchronize()
+        first_round_s = time.perf_counter() - began
         pair = last_cost() * (2 if with_baseline else 1)
-        wanted = jittered(config.warmup_s, config.jitter, rng)
-        more = max(config.warmup - 1, math.ceil(wanted / pair) - 1 if pair > 0 else 0)
-        more = min(more + rng.randint(0, config.warmup), 1000)
+        more = warmup_rounds(pair, first_round_s, config, rng)
         for r in range(1, 1 + more):
             round_(rng.randrange(len(sets)), "warmup", r, rng.random() < config.check_fraction, tuple(warm))
         synchronize()
@@ -149,6 +154,19 @@ def time_interleaved(stream: torch.cuda.Stream, flush: torch.Tensor, sets: list[
     cand = Samples([a.elapsed_time(b) for a, b in c_events])
     base = Samples([a.elapsed_time(b) for a, b in b_events]) if with_baseline else None
     return Interleaved(cand, base, reps, 1 + more, order, checks)
+
+
+def warmup_rounds(gpu_s: float, round_s: float, config: TimingConfig, rng: random.Random) -> int:
+    """Warm-up rounds after the first: at least `warmup` - 1, enough for a jittered `warmup_s`, plus a random few.
+
+    A round's cost is the larger of its GPU time (`gpu_s`: the launches it times) and the whole first
+    round's wall time (`round_s`: resetting the state, drawing a fresh input set, checking). Counting
+    the kernel alone would ask a 20 µs kernel whose rounds each draw new inputs for a thousand rounds
+    and seconds of host work, which buys no warmer clocks."""
+    cost = max(gpu_s, round_s)
+    wanted = jittered(config.warmup_s, config.jitter, rng)
+    more = max(config.warmup - 1, math.ceil(wanted / cost) - 1 if cost > 0 else 0)
+    return min(more + rng.randint(0, config.warmup), 1000)
 
 
 def estimate_timing_seconds(trial_seconds: float, config: TimingConfig) -> float:

@@ -50,6 +50,7 @@ class Case:
     max_seconds: float | None = None
     also: tuple[str, ...] = ()          # other categories that are right for it (a cheat caught at another step)
     budget_s: float | None = None       # the candidate's GPU-time budget, where the case is about it
+    executed: bool = False              # judged with `--executed` (Nsight Compute counts what ran)
 
     @staticmethod
     def from_toml(d: dict[str, Any]) -> Case:

@@ -59,7 +59,9 @@ def _judge(case, runner, asm_cache):
                           cache=asm_cache)
     assert static.category == OK, (static.category, static.evidence)
     started = time.perf_counter()
-    extra = {"budget_s": case.budget_s} if case.budget_s is not None else {}
+    extra: dict[str, object] = {"budget_s": case.budget_s} if case.budget_s is not None else {}
+    if case.executed:
+        extra["executed"] = True
     j = judge(static.candidate, task, runner=runner, static=static, sizes=list(case.sizes or DEFAULT_SIZES),
               timing=TIMING, launch_timeout_s=LAUNCH_TIMEOUT_S, **extra)
     failing = j.evidence.get("first_failure") or {}

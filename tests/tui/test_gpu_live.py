@@ -52,6 +52,9 @@ async def test_live_reverify_and_retime_expert_solutions_on_the_gpu(tmp_path):
         await settle(pilot)
         app.post_message(Reverify(ids))
         await settle(pilot)
+        assert type(app.screen).__name__ == "ConfirmDialog"  # more than one sample: it asks first
+        await pilot.press("enter")
+        await settle(pilot)
         live = app.screen
         if out:
             app.save_screenshot(filename="gpu_live.svg", path=str(out))
