@@ -22,7 +22,7 @@ from ptxbench.engine.extract import ExtractResult
 from ptxbench.engine.static import StaticVerdict
 from ptxbench.services import progress as ev
 
-Note = Callable[[str, str, "str | None"], None]     # the pipeline's stage callback: (stage, status, category)
+Note = Callable[[str, str, "str | None"], None]  # the pipeline's stage callback: (stage, status, category)
 
 # What the tool itself can raise while judging (engine errors, a worker that cannot start, a task id the
 # worker's install does not know): a failed attempt, never a verdict.
@@ -32,11 +32,11 @@ TOOL_FAILURES: tuple[type[BaseException], ...] = (RuntimeError, KeyError, OSErro
 @dataclass
 class JudgeRequest:
     sample_id: int
-    index: int                          # the sample's place in the batch
-    attempt: str                        # "<batch id>:<sample id>": one write per key
+    index: int  # the sample's place in the batch
+    attempt: str  # "<batch id>:<sample id>": one write per key
     task_id: str
     arch: str
-    extracted: ExtractResult | None     # the candidate, when the worker runs the static stages
+    extracted: ExtractResult | None  # the candidate, when the worker runs the static stages
     static: StaticVerdict | None = None
     gpu: bool = True
     sanitize: bool = False
@@ -52,13 +52,13 @@ class JudgeOutcome:
     sample_id: int
     attempt: str
     worker: str
-    judgement: Any = None               # a pipeline Judgement (None when the tool failed)
-    error: str | None = None            # the tool's failure
+    judgement: Any = None  # a pipeline Judgement (None when the tool failed)
+    error: str | None = None  # the tool's failure
     static: StaticVerdict | None = None  # what the static stages found, for the row of a failed attempt
-    device: str | None = None           # the device name the worker opened
-    gpu_key: str | None = None          # the physical GPU (services/gpuset.py)
+    device: str | None = None  # the device name the worker opened
+    gpu_key: str | None = None  # the physical GPU (services/gpuset.py)
     seconds: float = 0.0
-    worker_dead: bool = False           # the failure was the worker's process (start, hello, stall)
+    worker_dead: bool = False  # the failure was the worker's process (start, hello, stall)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -66,8 +66,13 @@ class JudgeOutcome:
         return self.error is None and self.judgement is not None
 
 
-def judge_request(req: JudgeRequest, runner: Any, worker: str, note: Note | None = None,
-                  gpu_key: str | None = None) -> JudgeOutcome:
+def _silent(stage: str, status: str, category: str | None = None) -> None:
+    pass
+
+
+def judge_request(
+    req: JudgeRequest, runner: Any, worker: str, note: Note | None = None, gpu_key: str | None = None
+) -> JudgeOutcome:
     """Judge one job on `runner` (None for static-only work); never raises for the tool's failures."""
     from ptxbench.engine.pipeline import EngineError, judge
     from ptxbench.engine.runner import WorkerUnavailable
@@ -76,7 +81,7 @@ def judge_request(req: JudgeRequest, runner: Any, worker: str, note: Note | None
 
     started = time.monotonic()
     out = JudgeOutcome(req.sample_id, req.attempt, worker, static=req.static, gpu_key=gpu_key)
-    say = note or (lambda stage, status, category=None: None)
+    say: Note = note or _silent
     try:
         spec = get_task(req.task_id)
         static = req.static
@@ -86,11 +91,22 @@ def judge_request(req: JudgeRequest, runner: Any, worker: str, note: Note | None
             say("inspect", "end", static.category)
         else:
             say("assemble", "begin", None)
+            if req.extracted is None:
+                raise ValueError("a job without a static verdict must carry its candidate")
             static = judge_static(req.extracted, spec)
             say("inspect", "end", static.category)
             out.static = static
-        out.judgement = judge(static.candidate, spec, gpu=req.gpu, sanitize=req.sanitize, executed=req.executed,
-                              runner=runner, static=static, progress=note)
+        # With `static` given the pipeline reads the candidate from it (which is None where extraction failed).
+        out.judgement = judge(
+            static.candidate or "",
+            spec,
+            gpu=req.gpu,
+            sanitize=req.sanitize,
+            executed=req.executed,
+            runner=runner,
+            static=static,
+            progress=note,
+        )
         device = getattr(out.judgement, "device", None)
         out.device = device.name if device is not None else None
     except (EngineError, WorkerUnavailable) as exc:
@@ -111,7 +127,7 @@ class BackendUnavailable(RuntimeError):
 class Backend(Protocol):
     """Where a parallel batch's jobs are judged: a pool of local GPU workers or a Dask cluster."""
 
-    events: Any                         # queue.SimpleQueue[ev.Event]: stage and worker events, drained by the writer
+    events: Any  # queue.SimpleQueue[ev.Event]: stage and worker events, drained by the writer
 
     def start(self, archs: set[str], static_only: bool) -> list[ev.WorkerChanged]: ...
 
@@ -143,5 +159,12 @@ def finished_judgement(backend: Backend, outcome: JudgeOutcome) -> Any:
 
 def worker_evidence(outcome: JudgeOutcome, workers: int) -> dict[str, Any]:
     """What a parallel batch's row says about where it was judged."""
-    return {"worker": {"name": outcome.worker, "gpu": outcome.gpu_key, "attempt": outcome.attempt,
-                       "workers": workers, "seconds": round(outcome.seconds, 4)}}
+    return {
+        "worker": {
+            "name": outcome.worker,
+            "gpu": outcome.gpu_key,
+            "attempt": outcome.attempt,
+            "workers": workers,
+            "seconds": round(outcome.seconds, 4),
+        }
+    }

@@ -20,17 +20,21 @@ from ptxbench.services.errors import UsageError
 
 @dataclass(frozen=True)
 class Gpu:
-    index: int          # what the worker opens (CUDA's numbering of the visible devices)
+    index: int  # what the worker opens (CUDA's numbering of the visible devices)
     arch: str
     name: str
-    key: str            # the physical GPU: its UUID, or host:index where none is known
+    key: str  # the physical GPU: its UUID, or host:index where none is known
 
 
 def _query(timeout: float = 10.0) -> list[tuple[str, str, str, str]] | None:
     """(index, uuid, compute capability, name) of every GPU the driver has, or None without a driver."""
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid,compute_cap,name", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=timeout)
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index,uuid,compute_cap,name", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     if out.returncode != 0:
@@ -64,10 +68,13 @@ def visible_gpus(rows: list[tuple[str, str, str, str]] | None = None, env: dict[
     else:
         picked = []
         for entry in chosen:
-            row = by_index.get(entry) or by_uuid.get(entry) or next(
-                (r for r in rows if entry.startswith("GPU-") and r[1].startswith(entry)), None)
+            row = (
+                by_index.get(entry)
+                or by_uuid.get(entry)
+                or next((r for r in rows if entry.startswith("GPU-") and r[1].startswith(entry)), None)
+            )
             if row is None:
-                break           # CUDA stops at the first entry it cannot use
+                break  # CUDA stops at the first entry it cannot use
             picked.append(row)
     gpus = []
     for i, (_index, uuid, cap, name) in enumerate(picked):
@@ -88,16 +95,20 @@ def choose(spec: str, gpus: list[Gpu], archs: set[str] | None = None) -> list[Gp
         raise UsageError("--gpus: no NVIDIA GPU found (nvidia-smi); leave --gpus out to judge the static stages")
     if spec == "all":
         if not usable:
-            raise UsageError(f"--gpus all: no GPU of {', '.join(sorted(archs or []))} here "
-                             f"({', '.join(sorted({g.arch for g in gpus}))} only)")
+            raise UsageError(
+                f"--gpus all: no GPU of {', '.join(sorted(archs or []))} here "
+                f"({', '.join(sorted({g.arch for g in gpus}))} only)"
+            )
         return usable
     if spec.isdigit():
         n = int(spec)
         if n < 1:
             raise UsageError("--gpus: give at least one GPU")
         if n > len(usable):
-            raise UsageError(f"--gpus {n}: only {len(usable)} GPU(s) of the batch's arch here; to put two workers on "
-                             "one GPU (timing then flagged as shared), list it twice: --gpus 0,0")
+            raise UsageError(
+                f"--gpus {n}: only {len(usable)} GPU(s) of the batch's arch here; to put two workers on "
+                "one GPU (timing then flagged as shared), list it twice: --gpus 0,0"
+            )
         return usable[:n]
     picked = []
     by_index = {g.index: g for g in gpus}
@@ -129,8 +140,9 @@ def shared_keys(keys: list[str]) -> set[str]:
     return shared
 
 
-def gpu_key(device_index: int, env: dict[str, str] | None = None,
-            rows: list[tuple[str, str, str, str]] | None = None) -> str:
+def gpu_key(
+    device_index: int, env: dict[str, str] | None = None, rows: list[tuple[str, str, str, str]] | None = None
+) -> str:
     """The physical GPU behind `device_index` in this process (a Dask worker asks this about itself)."""
     for g in visible_gpus(rows, env):
         if g.index == device_index:

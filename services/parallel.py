@@ -31,7 +31,12 @@ import sqlite_utils
 from ptxbench.services import progress as ev
 from ptxbench.services.batch import EXIT_OK, EXIT_TOOL, PREFETCH, SOURCE, SignalStop, Stop
 from ptxbench.services.dispatch import (
-    Backend, BackendUnavailable, JudgeOutcome, JudgeRequest, finished_judgement, worker_evidence,
+    Backend,
+    BackendUnavailable,
+    JudgeOutcome,
+    JudgeRequest,
+    finished_judgement,
+    worker_evidence,
 )
 from ptxbench.services.pool import UNJUDGED
 
@@ -55,9 +60,10 @@ def batch_archs(store: sqlite_utils.Database, ids: list[int]) -> set[str]:
     archs: set[str] = set()
     task_ids: set[str] = set()
     for start in range(0, len(ids), 500):
-        chunk = ids[start:start + 500]
-        rows = store.execute(f"SELECT DISTINCT task_id FROM samples WHERE id IN ({','.join('?' * len(chunk))})",
-                             chunk).fetchall()
+        chunk = ids[start : start + 500]
+        rows = store.execute(
+            f"SELECT DISTINCT task_id FROM samples WHERE id IN ({','.join('?' * len(chunk))})", chunk
+        ).fetchall()
         task_ids.update(r[0] for r in rows)
     for t in task_ids:
         try:
@@ -67,18 +73,48 @@ def batch_archs(store: sqlite_utils.Database, ids: list[int]) -> set[str]:
     return archs
 
 
-def run_parallel_batch(store: sqlite_utils.Database, ids: list[int], progress: ev.Sink, backend: Backend, *,
-                       static_only: bool = False, sanitize: bool = False, executed: bool = False,
-                       stop: Stop | None = None, source: str = SOURCE, static_threads: int = PREFETCH) -> int:
+def run_parallel_batch(
+    store: sqlite_utils.Database,
+    ids: list[int],
+    progress: ev.Sink,
+    backend: Backend,
+    *,
+    static_only: bool = False,
+    sanitize: bool = False,
+    executed: bool = False,
+    stop: Stop | None = None,
+    source: str = SOURCE,
+    static_threads: int = PREFETCH,
+) -> int:
     """Judge `ids` on `backend`'s workers, writing each row here as it arrives; 0, or EXIT_TOOL when the
     tool failed on every sample it tried (or no worker could be had)."""
-    return _Batch(store, ids, progress, backend, static_only=static_only, sanitize=sanitize, executed=executed,
-                  source=source, static_threads=static_threads).run(stop)
+    return _Batch(
+        store,
+        ids,
+        progress,
+        backend,
+        static_only=static_only,
+        sanitize=sanitize,
+        executed=executed,
+        source=source,
+        static_threads=static_threads,
+    ).run(stop)
 
 
 class _Batch:
-    def __init__(self, store: sqlite_utils.Database, ids: list[int], progress: ev.Sink, backend: Backend, *,
-                 static_only: bool, sanitize: bool, executed: bool, source: str, static_threads: int) -> None:
+    def __init__(
+        self,
+        store: sqlite_utils.Database,
+        ids: list[int],
+        progress: ev.Sink,
+        backend: Backend,
+        *,
+        static_only: bool,
+        sanitize: bool,
+        executed: bool,
+        source: str,
+        static_threads: int,
+    ) -> None:
         self.store, self.ids, self.progress, self.backend = store, list(ids), progress, backend
         self.static_only, self.sanitize, self.executed, self.source = static_only, sanitize, executed, source
         self.static_threads = max(1, static_threads)
@@ -98,8 +134,14 @@ class _Batch:
             self.progress.emit(ev.Done(judged=0, failed_tool=len(self.ids), cancelled=False))
             return EXIT_TOOL
         self.workers = max(1, len(started))
-        self.progress.emit(ev.Start(total=len(self.ids), device=self.backend.device_label(),
-                                    static_only=self.static_only, workers=len(started)))
+        self.progress.emit(
+            ev.Start(
+                total=len(self.ids),
+                device=self.backend.device_label(),
+                static_only=self.static_only,
+                workers=len(started),
+            )
+        )
         for event in started:
             self.progress.emit(event)
         cancelled = False
@@ -133,16 +175,20 @@ class _Batch:
                 left = len(order) + len(prepared)
                 if left:
                     self.failed += left
-                    self.progress.emit(ev.Error(sample_id=None, message=f"no worker is left: {left} sample(s) not "
-                                                "judged (run the batch again to resume)"))
+                    self.progress.emit(
+                        ev.Error(
+                            sample_id=None,
+                            message=f"no worker is left: {left} sample(s) not judged (run the batch again to resume)",
+                        )
+                    )
                 order.clear()
                 prepared.clear()
             if not cancelled:
                 window = self.backend.capacity() + self.static_threads
                 while order and len(prepared) < window:
-                    p = self._prepare(*order.popleft(), statics)
-                    if p is not None:
-                        prepared.append(p)
+                    ready = self._prepare(*order.popleft(), statics)
+                    if ready is not None:
+                        prepared.append(ready)
                 while prepared and len(inflight) < self.backend.capacity():
                     head = prepared[0]
                     if head.static is not None and not head.static.done():
@@ -157,11 +203,11 @@ class _Batch:
             if prepared and prepared[0].static is not None and len(inflight) < self.backend.capacity():
                 waiting.append(prepared[0].static)
             done, _ = wait(waiting, timeout=POLL_S, return_when=FIRST_COMPLETED)
-            self._drain()           # a job's stage events are queued before its result: they go out first
+            self._drain()  # a job's stage events are queued before its result: they go out first
             for future in done:
-                p = inflight.pop(future, None)   # type: ignore[call-overload]
+                p = inflight.pop(future, None)  # type: ignore[arg-type]  # a static's future is not a key
                 if p is None or future.cancelled():
-                    continue                     # withdrawn: left unjudged for a resume
+                    continue  # withdrawn: left unjudged for a resume
                 try:
                     outcome = future.result()
                 except Exception as exc:  # the backend's own failure for one job: recorded like any tool failure
@@ -210,16 +256,25 @@ class _Batch:
             except Exception as exc:  # ptxas missing, a tool crash: the tool failed, not the candidate
                 self._tool_failed(p.sample_id, None, f"{type(exc).__name__}: {exc}", None, "")
                 return None
-        req = JudgeRequest(sample_id=p.sample_id, index=p.index, attempt=self._attempt(p), task_id=p.task_id,
-                           arch=p.arch, extracted=p.extracted if static is None else None, static=static,
-                           gpu=not self.static_only, sanitize=self.sanitize, executed=self.executed)
+        req = JudgeRequest(
+            sample_id=p.sample_id,
+            index=p.index,
+            attempt=self._attempt(p),
+            task_id=p.task_id,
+            arch=p.arch,
+            extracted=p.extracted if static is None else None,
+            static=static,
+            gpu=not self.static_only,
+            sanitize=self.sanitize,
+            executed=self.executed,
+        )
         return self.backend.submit(req)
 
     def _write(self, outcome: JudgeOutcome) -> None:
         from ptxbench.db.judgement import evaluation_records
 
         if outcome.attempt in self.written:
-            return              # the same job's second answer (run again after its worker went away)
+            return  # the same job's second answer (run again after its worker went away)
         self.written.add(outcome.attempt)
         sid = outcome.sample_id
         if outcome.extra.get(UNJUDGED):
@@ -227,8 +282,9 @@ class _Batch:
             self.progress.emit(ev.Error(sample_id=sid, message=f"not judged: {outcome.error}"))
             return
         if not outcome.ok:
-            self._tool_failed(sid, outcome.static, outcome.error or "the worker gave no judgement", outcome.device,
-                              outcome.worker)
+            self._tool_failed(
+                sid, outcome.static, outcome.error or "the worker gave no judgement", outcome.device, outcome.worker
+            )
             return
         try:
             judgement = finished_judgement(self.backend, outcome)
@@ -238,9 +294,17 @@ class _Batch:
             self._tool_failed(sid, outcome.static, f"{type(exc).__name__}: {exc}", outcome.device, outcome.worker)
             return
         self.judged += 1
-        self.progress.emit(ev.Result(sample_id=sid, evaluation_id=row.id, category=row.category,  # type: ignore[arg-type]
-                                     status=row.status, speedup=row.speedup, time_ms=row.time_ms,
-                                     worker=outcome.worker or None))
+        self.progress.emit(
+            ev.Result(
+                sample_id=sid,
+                evaluation_id=row.id,
+                category=row.category,
+                status=row.status,
+                speedup=row.speedup,
+                time_ms=row.time_ms,
+                worker=outcome.worker or None,
+            )
+        )
 
     def _add(self, evaluation: Any, measurements: list[Any]) -> Any:
         from ptxbench.db.writes import add_evaluation

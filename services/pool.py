@@ -30,18 +30,18 @@ from ptxbench.engine.runner import Runner, RunnerConfig, WorkerUnavailable
 from ptxbench.services import progress as ev
 from ptxbench.services.dispatch import BackendUnavailable, JudgeOutcome, JudgeRequest, judge_request
 
-RETIRE_AFTER = 3            # strikes in a row that take a slot out of the pool
-RESTART_BACKOFF_S = 1.0     # between the fresh-worker checks of a slot whose worker would not start
-UNJUDGED = "unjudged"       # an outcome's extra key: no slot was left to judge the job
+RETIRE_AFTER = 3  # strikes in a row that take a slot out of the pool
+RESTART_BACKOFF_S = 1.0  # between the fresh-worker checks of a slot whose worker would not start
+UNJUDGED = "unjudged"  # an outcome's extra key: no slot was left to judge the job
 
 
 @dataclass
 class SlotSpec:
-    name: str                           # "gpu0"; a second worker on one GPU is "gpu0b"
+    name: str  # "gpu0"; a second worker on one GPU is "gpu0b"
     config: RunnerConfig
-    key: str                            # the physical GPU (services/gpuset.py)
-    arch: str | None = None             # the GPU's arch, when known before its worker says hello
-    runner: Runner | None = None        # a worker already started (a benchmark's warm one) to use
+    key: str  # the physical GPU (services/gpuset.py)
+    arch: str | None = None  # the GPU's arch, when known before its worker says hello
+    runner: Runner | None = None  # a worker already started (a benchmark's warm one) to use
 
 
 def slot_specs(gpus: list[Any], *, cache_root: Path | None = None, base: RunnerConfig | None = None) -> list[SlotSpec]:
@@ -57,10 +57,23 @@ def slot_specs(gpus: list[Any], *, cache_root: Path | None = None, base: RunnerC
         seen[g.index] = n + 1
         name = f"gpu{g.index}" + ("" if n == 0 else chr(ord("a") + n))
         env = {**base.env, "PTXBENCH_CACHE": str(root / name)}
-        config = RunnerConfig(device_index=g.index, command=base.command, start_timeout_s=base.start_timeout_s,
-                              default_deadline_s=base.default_deadline_s, max_deadline_s=base.max_deadline_s, env=env)
+        config = RunnerConfig(
+            device_index=g.index,
+            command=base.command,
+            start_timeout_s=base.start_timeout_s,
+            default_deadline_s=base.default_deadline_s,
+            max_deadline_s=base.max_deadline_s,
+            env=env,
+        )
         specs.append(SlotSpec(name, config, g.key, g.arch))
     return specs
+
+
+def withdraw(future: Future[Any]) -> None:
+    """Cancel a job not yet begun, and tell its waiters: `concurrent.futures.wait` counts a cancelled
+    future as done only once `set_running_or_notify_cancel` has seen it."""
+    if future.cancel():
+        future.set_running_or_notify_cancel()
 
 
 def _begin(future: Future[JudgeOutcome]) -> bool:
@@ -72,7 +85,7 @@ def _begin(future: Future[JudgeOutcome]) -> bool:
 class _Item:
     req: JudgeRequest
     future: Future[JudgeOutcome]
-    tried: list[str] = field(default_factory=list)      # slots it failed on
+    tried: list[str] = field(default_factory=list)  # slots it failed on
     last: JudgeOutcome | None = None
 
 
@@ -86,7 +99,7 @@ class _Slot:
         self.device: str | None = None
         self.ready = threading.Event()
         self.retired = False
-        self.retire_reason: str | None = None     # set by a strike; the slot's thread acts on it
+        self.retire_reason: str | None = None  # set by a strike; the slot's thread acts on it
         self.strikes = 0
         self.starts_seen = 0
         self.jobs = 0
@@ -136,9 +149,15 @@ class _Slot:
                 self._run(item)
             except Exception as exc:  # a bug of the pool's own: the job still gets an answer, the batch goes on
                 if not item.future.done():
-                    item.future.set_result(JudgeOutcome(item.req.sample_id, item.req.attempt, self.name,
-                                                        error=f"{type(exc).__name__}: {exc}"[:2000],
-                                                        static=item.req.static))
+                    item.future.set_result(
+                        JudgeOutcome(
+                            item.req.sample_id,
+                            item.req.attempt,
+                            self.name,
+                            error=f"{type(exc).__name__}: {exc}"[:2000],
+                            static=item.req.static,
+                        )
+                    )
 
     def _retire(self, why: str, announce: bool = True) -> None:
         """Only the slot's own thread retires it: its runner is never closed under a running job."""
@@ -158,12 +177,16 @@ class _Slot:
     def _run(self, item: _Item) -> None:
         req = item.req
         runner = self.runner if req.needs_gpu and not self.pool.static_only else None
-        self.pool._say(ev.SampleStarted(sample_id=req.sample_id, task_id=req.task_id, index=req.index,
-                                        worker=self.name))
+        self.pool._say(
+            ev.SampleStarted(sample_id=req.sample_id, task_id=req.task_id, index=req.index, worker=self.name)
+        )
 
         def note(stage: str, status: str, category: str | None = None) -> None:
-            self.pool._say(ev.StageChanged(sample_id=req.sample_id, stage=stage, status=status, category=category,
-                                           worker=self.name))
+            self.pool._say(
+                ev.StageChanged(
+                    sample_id=req.sample_id, stage=stage, status=status, category=category, worker=self.name
+                )
+            )
 
         outcome = judge_request(req, runner, self.name, note, gpu_key=self.spec.key)
         self.jobs += 1
@@ -171,8 +194,11 @@ class _Slot:
         if runner is not None and self.runner.starts > self.starts_seen:
             fresh = self.runner.starts - self.starts_seen
             self.starts_seen = self.runner.starts
-            self.pool._say(ev.WorkerChanged(self.name, "restarted", self.device, None,
-                                            f"{fresh} fresh worker(s) during sample {req.sample_id}"))
+            self.pool._say(
+                ev.WorkerChanged(
+                    self.name, "restarted", self.device, None, f"{fresh} fresh worker(s) during sample {req.sample_id}"
+                )
+            )
         if outcome.ok or not outcome.worker_dead:
             self.strikes = 0
             for name in item.tried:
@@ -245,8 +271,7 @@ class GpuPool:
                     reasons.append(f"{e.worker}: {e.message}")
             self.close()
             raise BackendUnavailable("no GPU worker of the pool could start: " + "; ".join(reasons)[:1500])
-        return [ev.WorkerChanged(s.name, "ready", s.device, self._workers_on(s.spec.key) > 1 or None)
-                for s in ready]
+        return [ev.WorkerChanged(s.name, "ready", s.device, self._workers_on(s.spec.key) > 1 or None) for s in ready]
 
     def submit(self, req: JudgeRequest) -> Future[JudgeOutcome]:
         future: Future[JudgeOutcome] = Future()
@@ -267,7 +292,7 @@ class GpuPool:
     def cancel_pending(self) -> None:
         with self._cond:
             while self._queue:
-                self._queue.popleft().future.cancel()
+                withdraw(self._queue.popleft().future)
 
     def shared(self, outcome: JudgeOutcome) -> int:
         return int(outcome.extra.get("workers_on_gpu", 1))
@@ -284,7 +309,7 @@ class GpuPool:
         for slot in self.slots:
             slot.thread.join(timeout=5.0)
         for slot in self.slots:
-            if slot.spec.runner is None:        # a runner handed in belongs to its caller
+            if slot.spec.runner is None:  # a runner handed in belongs to its caller
                 slot.runner.close()
 
     # -- for the slots ---------------------------------------------------------------------

@@ -27,7 +27,7 @@ class Start:
     total: int
     device: str | None
     static_only: bool
-    workers: int | None = None       # GPU workers (or judging threads) of a parallel batch; optional on the wire
+    workers: int | None = None  # GPU workers (or judging threads) of a parallel batch; optional on the wire
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class SampleStarted:
     sample_id: int
     task_id: str
     index: int
-    worker: str | None = None        # which worker judges it (parallel batches); optional on the wire
+    worker: str | None = None  # which worker judges it (parallel batches); optional on the wire
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ class Result:
     status: str
     speedup: float | None
     time_ms: float | None
-    worker: str | None = None        # optional on the wire
+    worker: str | None = None  # optional on the wire
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ class Error:
     sample_id: int | None
     message: str
     evaluation_id: int | None = None  # the row that records the failed attempt; optional on the wire
-    worker: str | None = None         # optional on the wire
+    worker: str | None = None  # optional on the wire
 
 
 @dataclass(frozen=True)
@@ -93,8 +93,8 @@ class WorkerChanged:
     kind: ClassVar[str] = "worker"
     worker: str
     state: str
-    device: str | None = None        # the device's name, where known
-    shared: bool | None = None       # another worker judges on the same GPU: its timing is not clean
+    device: str | None = None  # the device's name, where known
+    shared: bool | None = None  # another worker judges on the same GPU: its timing is not clean
     message: str | None = None
 
 
@@ -110,11 +110,23 @@ class Unknown:
 
 
 Event = Union[Start, SampleStarted, StageChanged, Result, Log, Error, Done, WorkerChanged, Unknown]
-KINDS: dict[str, type] = {c.kind: c for c in (Start, SampleStarted, StageChanged, Result, Log, Error, Done,
-                                              WorkerChanged)}
-OPTIONAL = frozenset({(StageChanged, "category"), (Error, "evaluation_id"), (Start, "workers"),
-                      (SampleStarted, "worker"), (StageChanged, "worker"), (Result, "worker"), (Error, "worker"),
-                      (WorkerChanged, "device"), (WorkerChanged, "shared"), (WorkerChanged, "message")})
+KINDS: dict[str, type] = {
+    c.kind: c for c in (Start, SampleStarted, StageChanged, Result, Log, Error, Done, WorkerChanged)
+}
+OPTIONAL = frozenset(
+    {
+        (StageChanged, "category"),
+        (Error, "evaluation_id"),
+        (Start, "workers"),
+        (SampleStarted, "worker"),
+        (StageChanged, "worker"),
+        (Result, "worker"),
+        (Error, "worker"),
+        (WorkerChanged, "device"),
+        (WorkerChanged, "shared"),
+        (WorkerChanged, "message"),
+    }
+)
 
 
 class Sink(Protocol):

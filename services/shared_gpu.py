@@ -36,19 +36,25 @@ def flag_shared(j: Judgement, workers: int, worker: str | None = None) -> Judgem
     if not note["timed"]:
         return replace(j, evidence={**j.evidence, "shared_gpu": note})
     note["figures"] = {c: getattr(j, c) for c in _COLUMNS}
-    note["sizes"] = [{"split": m.split, "sizes": dict(m.sizes), **{c: getattr(m, c) for c in _SIZE_COLUMNS}}
-                     for m in j.measurements if m.time_ms is not None]
+    note["sizes"] = [
+        {"split": m.split, "sizes": dict(m.sizes), **{c: getattr(m, c) for c in _SIZE_COLUMNS}}
+        for m in j.measurements
+        if m.time_ms is not None
+    ]
     note["category_from_shared_timing"] = j.category
     evidence = dict(j.evidence)
     if "speed_of_light" in evidence:
         note["speed_of_light"] = evidence.pop("speed_of_light")
-    measurements: list[SizeMeasurement] = [replace(m, **{c: None for c in _SIZE_COLUMNS}) for m in j.measurements]
+    untimed: dict[str, Any] = {c: None for c in _SIZE_COLUMNS}
+    measurements: list[SizeMeasurement] = [replace(m, **untimed) for m in j.measurements]
     category, stage = j.category, j.stage
     if category in SPEED_DECIDED:
         category = Category.NO_BASELINE
         stage = STAGE_OF.get(category)
-        evidence["baseline_missing"] = (f"the GPU was shared by {workers} workers while this kernel was timed: "
-                                        "speed not judged (the figures are in shared_gpu)")
+        evidence["baseline_missing"] = (
+            f"the GPU was shared by {workers} workers while this kernel was timed: "
+            "speed not judged (the figures are in shared_gpu)"
+        )
     evidence["shared_gpu"] = note
-    return replace(j, category=category, stage=stage, measurements=measurements, evidence=evidence,
-                   **{c: None for c in _COLUMNS})
+    cleared: dict[str, Any] = {c: None for c in _COLUMNS}
+    return replace(j, category=category, stage=stage, measurements=measurements, evidence=evidence, **cleared)

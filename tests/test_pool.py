@@ -31,7 +31,7 @@ from ptxbench.services.errors import UsageError
 
 DATA = Path(__file__).resolve().parent / "data" / "gpu"
 
-STUB = textwrap.dedent(r'''
+STUB = textwrap.dedent(r"""
     import json, os, signal, sys, time
     proto = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
@@ -77,7 +77,7 @@ STUB = textwrap.dedent(r'''
             emit({"event": "phase", "phase": "launch", "size": 0, "deadline_s": 30, "untrusted": True})
             os.kill(os.getpid(), signal.SIGSEGV)        # the candidate's launch: a verdict
         emit({"event": "done", "result": {"sizes": [size(i, p) for i, p in enumerate(plans)]}})
-''')
+""")
 
 
 @pytest.fixture(autouse=True)
@@ -102,8 +102,9 @@ def _store(tmp_path: Path, n: int, kernels=("vadd_ok", "vadd_wrong")) -> tuple[o
     for i in range(n):
         name = kernels[i % len(kernels)]
         code = (DATA / f"{name}.ptx").read_text() + f"\n// copy {i}\n"
-        ids.append(add_sample(db, Sample(task_id="vector_add_smoke", language="ptx", code=code,
-                                         source=f"test:{name}")).id)
+        ids.append(
+            add_sample(db, Sample(task_id="vector_add_smoke", language="ptx", code=code, source=f"test:{name}")).id
+        )
     return db, ids
 
 
@@ -138,14 +139,20 @@ def _one_row_each(db, ids: list[int]) -> list:
 
 # -- choosing GPUs -------------------------------------------------------------------------------------
 
-ROWS = [("0", "GPU-aaa", "9.0", "NVIDIA H200"), ("1", "GPU-bbb", "9.0", "NVIDIA H200"),
-        ("2", "GPU-ccc", "10.0", "NVIDIA B200")]
+ROWS = [
+    ("0", "GPU-aaa", "9.0", "NVIDIA H200"),
+    ("1", "GPU-bbb", "9.0", "NVIDIA H200"),
+    ("2", "GPU-ccc", "10.0", "NVIDIA B200"),
+]
 
 
 def test_gpus_all_count_and_indices_and_what_is_refused():
     gpus = visible_gpus(ROWS, env={})
-    assert [(g.index, g.arch, g.key) for g in gpus] == [(0, "sm_90a", "GPU-aaa"), (1, "sm_90a", "GPU-bbb"),
-                                                        (2, "sm_100a", "GPU-ccc")]
+    assert [(g.index, g.arch, g.key) for g in gpus] == [
+        (0, "sm_90a", "GPU-aaa"),
+        (1, "sm_90a", "GPU-bbb"),
+        (2, "sm_100a", "GPU-ccc"),
+    ]
     assert [g.index for g in choose("all", gpus, {"sm_90a"})] == [0, 1]
     assert [g.index for g in choose("1", gpus, {"sm_90a"})] == [0]
     assert [g.index for g in choose("0,2", gpus)] == [0, 2]
@@ -167,6 +174,7 @@ def test_cuda_visible_devices_renumbers_and_names_the_physical_gpu():
 
 
 # -- static-only: scheduling and resume ----------------------------------------------------------------
+
 
 def test_a_static_pool_judges_each_sample_once_as_one_worker_would(tmp_path):
     db, ids = _store(tmp_path, 8)
@@ -202,15 +210,17 @@ def test_a_stopped_pool_batch_resumes_with_all_unjudged(tmp_path):
     assert isinstance(done, ev.Done) and done.cancelled is True
     judged = [i for i in ids if evaluations_for(db, i)]
     assert 3 <= len(judged) < len(ids) and done.judged == len(judged)
-    left = [i for i in select_samples(db, None, None, True, True) if i in ids]   # the store has experts too
+    left = [i for i in select_samples(db, None, None, True, True) if i in ids]  # the store has experts too
     assert sorted(left) == sorted(set(ids) - set(judged))
-    run_parallel_batch(db, left, Collect(), GpuPool(_static_slots(2), static_only=True), static_only=True,
-                       stop=StopFlag())
+    run_parallel_batch(
+        db, left, Collect(), GpuPool(_static_slots(2), static_only=True), static_only=True, stop=StopFlag()
+    )
     _one_row_each(db, ids)
     assert not set(select_samples(db, None, None, True, True)) & set(ids)
 
 
 # -- GPU batches with stand-in workers ------------------------------------------------------------------
+
 
 def test_two_workers_on_one_gpu_never_store_a_clean_speedup(tmp_path, stub):
     db, ids = _store(tmp_path, 4, kernels=("vadd_ok",))
@@ -266,10 +276,12 @@ def test_a_gpu_that_keeps_dying_is_taken_out_and_its_job_judged_elsewhere(tmp_pa
     db, ids = _store(tmp_path, 6, kernels=("vadd_ok",))
     sink = Collect()
     dead = tmp_path / "gpu0-dead"
-    slots = [_slot(stub, "gpu0", "GPU-x", STUB_DIE_AT_JOB="1", STUB_MARK=str(dead), STUB_NO_START_IF=str(dead)),
-             _slot(stub, "gpu1", "GPU-y", STUB_SLEEP="0.1")]
+    slots = [
+        _slot(stub, "gpu0", "GPU-x", STUB_DIE_AT_JOB="1", STUB_MARK=str(dead), STUB_NO_START_IF=str(dead)),
+        _slot(stub, "gpu1", "GPU-y", STUB_SLEEP="0.1"),
+    ]
     assert run_parallel_batch(db, ids, sink, GpuPool(slots), stop=StopFlag()) == 0
-    rows = _one_row_each(db, ids)                 # nothing lost, nothing twice, no error rows
+    rows = _one_row_each(db, ids)  # nothing lost, nothing twice, no error rows
     assert {r.status for r in rows} == {"judged"} and {r.evidence["worker"]["name"] for r in rows} == {"gpu1"}
     retired = [w for w in sink.of(ev.WorkerChanged) if w.state == "retired"]
     assert [w.worker for w in retired] == ["gpu0"] and "taken out of the pool" in (retired[0].message or "")
@@ -285,8 +297,10 @@ def test_with_every_gpu_out_the_rest_stays_unjudged_for_a_resume(tmp_path, stub)
     assert run_parallel_batch(db, ids, sink, GpuPool(slots), stop=StopFlag()) == 0
     judged = [i for i in ids if evaluations_for(db, i)]
     assert len(judged) >= 1
-    assert all(evaluations_for(db, i)[0].status in ("judged",) or evaluations_for(db, i)[0].status.startswith("error")
-               for i in judged)
+    assert all(
+        evaluations_for(db, i)[0].status in ("judged",) or evaluations_for(db, i)[0].status.startswith("error")
+        for i in judged
+    )
     unjudged = set(ids) - set(judged)
     assert unjudged and set(select_samples(db, None, None, True, False)) >= unjudged
     done = sink.events[-1]
@@ -298,8 +312,9 @@ def test_no_worker_that_starts_is_a_tool_failure_with_no_rows(tmp_path, stub):
     never = tmp_path / "never"
     never.touch()
     sink = Collect()
-    code = run_parallel_batch(db, ids, sink, GpuPool([_slot(stub, "gpu0", "GPU-x", STUB_NO_START_IF=str(never))]),
-                              stop=StopFlag())
+    code = run_parallel_batch(
+        db, ids, sink, GpuPool([_slot(stub, "gpu0", "GPU-x", STUB_NO_START_IF=str(never))]), stop=StopFlag()
+    )
     assert code == 1 and all(not evaluations_for(db, i) for i in ids)
     assert "could start" in sink.of(ev.Error)[0].message
 
