@@ -322,3 +322,41 @@ class _Batch:
             record.evidence["worker"] = {"name": worker, "attempt": f"{self.batch_id}:{sid}"}
         row = self._add(record, [])
         self.progress.emit(ev.Error(sample_id=sid, message=message, evaluation_id=row.id, worker=worker or None))
+
+
+def make_backend(
+    store: sqlite_utils.Database,
+    ids: list[int],
+    *,
+    gpus: str | None = None,
+    workers_per_gpu: int = 1,
+    cluster: str | None = None,
+    static_only: bool = False,
+) -> Backend | None:
+    """What `--gpus` / `--workers-per-gpu` / `--cluster` ask for: a pool, a Dask backend, or None for the
+    one-worker batch (services/batch.py). UsageError says what is wrong with the options."""
+    from ptxbench.services.errors import UsageError
+
+    if workers_per_gpu < 1:
+        raise UsageError("--workers-per-gpu: give at least 1")
+    if cluster is not None:
+        if gpus is not None or workers_per_gpu != 1:
+            raise UsageError(
+                "--cluster: the cluster's workers declare their GPUs; leave out --gpus and --workers-per-gpu"
+            )
+        from ptxbench.services.cluster import DaskBackend, parse_address
+
+        parse_address(cluster)  # a UsageError before any connection is tried
+        return DaskBackend(cluster)
+    if gpus is None:
+        if workers_per_gpu != 1:
+            raise UsageError("--workers-per-gpu needs --gpus (which GPUs to put the workers on)")
+        return None
+    if static_only:
+        raise UsageError("--gpus: a --static batch needs no GPU (use --cluster local:N to spread it over processes)")
+    from ptxbench.services.gpuset import choose, visible_gpus
+    from ptxbench.services.pool import GpuPool, slot_specs
+
+    chosen = choose(gpus, visible_gpus(), batch_archs(store, ids) or None)
+    per_gpu = [g for g in chosen for _ in range(workers_per_gpu)]
+    return GpuPool(slot_specs(per_gpu))

@@ -16,6 +16,7 @@ import pytest
 pytest.importorskip("distributed")
 
 from ptxbench.db.queries import evaluations_for
+from ptxbench.db.store import open_store
 from ptxbench.services import progress as ev
 from ptxbench.services.batch import StopFlag, run_batch
 from ptxbench.services.cluster import DaskBackend, parse_address
@@ -100,3 +101,42 @@ def test_a_cluster_with_no_gpu_resource_is_refused(tmp_path: Path):
         )
     assert "declares a GPU resource" in sink.of(ev.Error)[0].message
     assert all(not evaluations_for(db, i) for i in ids)
+
+
+def test_eval_cluster_local_from_the_command_line_and_resume(tmp_path: Path):
+    from test_eval_cli import _eval, _events
+    from test_eval_cli import _store as cli_store
+
+    path, ids = cli_store(tmp_path, ["vadd_ok", "vadd_wrong", "vadd_ok"])
+    env = {"PTXBENCH_CACHE": str(tmp_path / "cache")}
+    proc = _eval("--db", str(path), "--all-unjudged", "--static", "--cluster", "local:2", "--json-progress", env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    events = _events(proc.stdout)
+    assert events[0]["event"] == "start" and events[0]["workers"] == 2
+    assert {e["state"] for e in events if e["event"] == "worker"} >= {"ready"}
+    results = [e for e in events if e["event"] == "result"]
+    assert set(ids) <= {r["sample_id"] for r in results} and all(r["worker"] for r in results)
+    assert len(results) == len({r["sample_id"] for r in results}) == events[-1]["judged"]
+    db = open_store(path)
+    _one_row_each(db, ids)
+    db.conn.close()
+    again = _eval("--db", str(path), "--all-unjudged", "--static", "--cluster", "local:1", "--json-progress", env=env)
+    assert _events(again.stdout)[0]["total"] == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--static", "--gpus", "0"], "needs no GPU"),
+        (["--static", "--cluster", "10.0.0.1:8786"], "scheduler's address"),
+        (["--static", "--cluster", "local:2", "--gpus", "all"], "leave out --gpus"),
+        (["--static", "--workers-per-gpu", "2"], "needs --gpus"),
+    ],
+)
+def test_eval_refuses_options_that_do_not_fit(tmp_path: Path, args: list[str], says: str):
+    from test_eval_cli import _eval
+    from test_eval_cli import _store as cli_store
+
+    path, _ids = cli_store(tmp_path, ["vadd_ok"])
+    proc = _eval("--db", str(path), "--all-unjudged", *args)
+    assert proc.returncode == 2 and says in proc.stderr, proc.stderr
