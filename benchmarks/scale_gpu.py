@@ -92,8 +92,16 @@ def fresh_store(folder: Path, batch: list[tuple[str, Candidate]]) -> tuple[Any, 
     ids, kinds = [], {}
     for kind, cand in batch:
         manifest = json.loads(cand.manifest.to_json()) if cand.manifest is not None else None
-        s = add_sample(db, Sample(task_id=gpu_pipeline.TASK, language=cand.language, code=cand.code,
-                                  manifest=manifest, source=f"bench:{cand.origin}"))
+        s = add_sample(
+            db,
+            Sample(
+                task_id=gpu_pipeline.TASK,
+                language=cand.language,
+                code=cand.code,
+                manifest=manifest,
+                source=f"bench:{cand.origin}",
+            ),
+        )
         assert s.id is not None
         ids.append(s.id)
         kinds[s.id] = kind
@@ -126,8 +134,13 @@ def run_mode(mode: str, db: Any, ids: list[int], static: bool) -> dict[str, Any]
     stamps = [t for t, e in sink.events if isinstance(e, (ev.Start, ev.Done))]
     judging = stamps[-1] - stamps[0] if len(stamps) >= 2 else wall
     start = sink.of(ev.Start)
-    return {"exit": code, "wall_s": round(wall, 3), "judging_s": round(judging, 3),
-            "device": start[0].device if start else None, "events": sink}
+    return {
+        "exit": code,
+        "wall_s": round(wall, 3),
+        "judging_s": round(judging, 3),
+        "device": start[0].device if start else None,
+        "events": sink,
+    }
 
 
 def summarise(mode: str, run: dict[str, Any], db: Any, ids: list[int], kinds: dict[int, str]) -> dict[str, Any]:
@@ -138,8 +151,10 @@ def summarise(mode: str, run: dict[str, Any], db: Any, ids: list[int], kinds: di
     one_each = all(len(r) == 1 for r in rows.values())
     stored = [r[-1].category if r else None for r in rows.values()]
     # What the timing alone would have said, where a shared GPU made the stored verdict `no_baseline`.
-    verdicts = [(r[-1].evidence.get("shared_gpu") or {}).get("category_from_shared_timing", r[-1].category)
-                if r else None for r in rows.values()]
+    verdicts = [
+        (r[-1].evidence.get("shared_gpu") or {}).get("category_from_shared_timing", r[-1].category) if r else None
+        for r in rows.values()
+    ]
     workers = Counter(((r[-1].evidence.get("worker") or {}).get("name") or "one") for r in rows.values() if r)
     shared_rows = sum(1 for r in rows.values() if r and "shared_gpu" in r[-1].evidence)
     n = len(ids)
@@ -157,8 +172,10 @@ def summarise(mode: str, run: dict[str, Any], db: Any, ids: list[int], kinds: di
         "per_worker": dict(workers),
         "shared_rows": shared_rows,
         "tool_failures": sum(1 for e in events.of(ev.Error)),
-        "worker_events": [{"worker": e.worker, "state": e.state, "device": e.device, "shared": e.shared,
-                           "message": e.message} for e in events.of(ev.WorkerChanged)],
+        "worker_events": [
+            {"worker": e.worker, "state": e.state, "device": e.device, "shared": e.shared, "message": e.message}
+            for e in events.of(ev.WorkerChanged)
+        ],
     }
 
 
@@ -167,26 +184,41 @@ def commit() -> str:
     if value:
         return value
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
-                             cwd=Path(__file__).resolve().parent)
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            cwd=Path(__file__).resolve().parent,
+        )
         return out.stdout.strip() or "unknown"
     except OSError:
         return "unknown"
 
 
 def markdown(report: dict[str, Any]) -> str:
-    lines = [f"# Scale: {report['n']} candidates of {report['task']} ({'static only' if report['static'] else 'GPU'})",
-             "", f"Device: {report['device']}. Commit: {report['commit']}. Base: {report['base']}.", "",
-             "| mode | wall s | judging s | candidates/s | × one | categories | same as one | per worker | "
-             "shared rows |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# Scale: {report['n']} candidates of {report['task']} ({'static only' if report['static'] else 'GPU'})",
+        "",
+        f"Device: {report['device']}. Commit: {report['commit']}. Base: {report['base']}.",
+        "",
+        "| mode | wall s | judging s | candidates/s | × one | categories | same as one | per worker | shared rows |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for m in report["modes"]:
         cats = ", ".join(f"{c} {n}" for c, n in sorted(m["categories"].items()))
         workers = ", ".join(f"{w} {n}" for w, n in sorted(m["per_worker"].items()))
-        lines.append(f"| {m['mode']} | {m['wall_s']} | {m['judging_s']} | {m['candidates_per_s']} | "
-                     f"{m.get('ratio_to_one')} | {cats} | {m.get('same_as_one')} | {workers} | {m['shared_rows']} |")
-    lines += ["", "Candidates per second are over the judging time (first event to last; the worker starts are in "
-              "the wall time). In the shared modes two workers time on one GPU: those rows are stored without a "
-              "speedup (`no_baseline`), and `same as one` compares the category their timing would have given.", ""]
+        lines.append(
+            f"| {m['mode']} | {m['wall_s']} | {m['judging_s']} | {m['candidates_per_s']} | "
+            f"{m.get('ratio_to_one')} | {cats} | {m.get('same_as_one')} | {workers} | {m['shared_rows']} |"
+        )
+    lines += [
+        "",
+        "Candidates per second are over the judging time (first event to last; the worker starts are in "
+        "the wall time). In the shared modes two workers time on one GPU: those rows are stored without a "
+        "speedup (`no_baseline`), and `same as one` compares the category their timing would have given.",
+        "",
+    ]
     for m in report["modes"]:
         if m.get("differences"):
             lines.append(f"- {m['mode']}: differs from one at {m['differences'][:10]}")
@@ -211,8 +243,16 @@ def main() -> int:
     else:
         base_name, base, tried = gpu_base()
     batch = gpu_pipeline.variants(base, args.n)
-    report: dict[str, Any] = {"task": gpu_pipeline.TASK, "n": args.n, "static": args.static, "commit": commit(),
-                              "base": base_name, "base_tried": tried, "modes": [], "skipped": []}
+    report: dict[str, Any] = {
+        "task": gpu_pipeline.TASK,
+        "n": args.n,
+        "static": args.static,
+        "commit": commit(),
+        "base": base_name,
+        "base_tried": tried,
+        "modes": [],
+        "skipped": [],
+    }
     with tempfile.TemporaryDirectory(prefix="ptxbench-scale-") as tmp:
         os.environ.setdefault("PTXBENCH_CACHE", str(Path(tmp) / "cache"))
         for mode in modes:
@@ -226,13 +266,18 @@ def main() -> int:
             m = summarise(mode, run, db, ids, kinds)
             db.conn.close()
             report["modes"].append(m)
-            print(f"{mode}: {m['candidates_per_s']} candidates/s, {m['categories']}, per worker {m['per_worker']}",
-                  flush=True)
+            print(
+                f"{mode}: {m['candidates_per_s']} candidates/s, {m['categories']}, per worker {m['per_worker']}",
+                flush=True,
+            )
     one = report["modes"][0]
     report["device"] = one["device"] or ("cpu (static stages only)" if args.static else None)
     for m in report["modes"]:
-        m["ratio_to_one"] = (round(m["candidates_per_s"] / one["candidates_per_s"], 3)
-                             if m["candidates_per_s"] and one["candidates_per_s"] else None)
+        m["ratio_to_one"] = (
+            round(m["candidates_per_s"] / one["candidates_per_s"], 3)
+            if m["candidates_per_s"] and one["candidates_per_s"]
+            else None
+        )
         m["differences"] = [i for i, (a, b) in enumerate(zip(m["verdicts"], one["verdicts"])) if a != b]
         m["same_as_one"] = not m["differences"] and m["one_row_per_sample"]
     args.out.mkdir(parents=True, exist_ok=True)

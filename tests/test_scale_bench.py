@@ -17,9 +17,23 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.timeout(180)
 def test_scale_benchmark_static(tmp_path: Path):
     env = {**os.environ, "PTXBENCH_COMMIT": "test"}
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "scale_gpu.py"), "--static", "--n", "4",
-                           "--modes", "pool2,dask2", "--out", str(tmp_path)], capture_output=True, text=True,
-                          timeout=170, env=env)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "scale_gpu.py"),
+            "--static",
+            "--n",
+            "4",
+            "--modes",
+            "pool2,dask2",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=170,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((tmp_path / "scale-gpu.json").read_text())
     assert [m["mode"] for m in report["modes"]] == ["one", "pool2", "dask2"]
