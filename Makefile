@@ -23,7 +23,8 @@ test: setup
 # The tree moves to ruff format file by file: add a file to FORMATTED when it is formatted.
 PACKAGES := engine:engine tasks:tasks db:db fixit:fixit models:models services:services cli:cli tui:ptxbench_tui themes:themes
 FORMATTED := $(filter-out services/fixit_models.py,$(wildcard services/*.py)) cli/conventions.py engine/arch.py tasks/dtypes.py \
-	ptxbench_tui/host.py tests/test_services.py tests/test_contracts.py
+	ptxbench_tui/host.py tests/test_services.py tests/test_contracts.py tests/test_pool.py tests/test_cluster.py \
+	tests/test_scale_bench.py benchmarks/scale_gpu.py
 
 lint-tree:
 	@mkdir -p .lint/ptxbench

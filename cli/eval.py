@@ -3,7 +3,12 @@
 The batch itself is services/batch.py: rows committed one by one, so a batch that is killed
 loses nothing it finished, and running the same command again resumes (with `--all-unjudged`
 a sample that already has a GPU judgement, or with `--static` any evaluation, is skipped).
-SIGTERM and SIGINT end the batch after the current sample. Progress is a rich bar, or with
+SIGTERM and SIGINT end the batch after the current sample.
+
+`--gpus all|N|0,2,5` spreads the batch over a pool of GPU workers on this host (services/pool.py),
+`--workers-per-gpu 2` puts two on each (their timing flagged as shared, never a clean speedup),
+and `--cluster tcp://host:8786` (or `local[:N]`) sends it to a Dask cluster's GPU workers
+(services/cluster.py). The rows are written here, by this process alone, either way. Progress is a rich bar, or with
 `--json-progress` one JSON object per line as docs/eval-progress.md describes (what the
 explorer follows).
 
@@ -37,6 +42,13 @@ class RichProgress:
         self.task: Any = None
         self.counts: Counter[str] = Counter()
         self.current = ""
+        self.workers: dict[str, Any] = {}  # a parallel batch: one line per worker
+        self.done_by: Counter[str] = Counter()
+
+    def _worker_line(self, name: str, note: str) -> None:
+        if name not in self.workers:
+            self.workers[name] = self.progress.add_task(f"  {name}", total=None, note="")
+        self.progress.update(self.workers[name], note=note)
 
     def emit(self, event: ev.Event) -> None:
         match event:
@@ -44,15 +56,36 @@ class RichProgress:
                 self.progress.start()
                 where = event.device or ("static stages only" if event.static_only else "no GPU")
                 self.task = self.progress.add_task(f"eval ({where})", total=event.total, note="")
+            case ev.WorkerChanged():
+                shared = " (shared GPU: timing not clean)" if event.shared else ""
+                if event.state in ("ready", "joined"):
+                    self._worker_line(event.worker, f"{event.state}: {event.device or ''}{shared}")
+                elif event.state == "restarted":
+                    self._worker_line(event.worker, event.message or "restarted")
+                else:
+                    self._worker_line(event.worker, f"{event.state}: {event.message or ''}"[:120])
+                    if event.message:
+                        self.console.print(f"{event.worker} {event.state}: {event.message}", markup=False,
+                                           highlight=False, style="yellow")
             case ev.SampleStarted():
                 self.current = f"sample {event.sample_id} ({event.task_id})"
-                self.progress.update(self.task, note=self.current)
+                if event.worker:
+                    self._worker_line(event.worker, self.current)
+                else:
+                    self.progress.update(self.task, note=self.current)
             case ev.StageChanged(status="begin"):
-                self.progress.update(self.task, note=f"{self.current}: {event.stage}")
+                if event.worker:
+                    self._worker_line(event.worker, f"sample {event.sample_id}: {event.stage}")
+                else:
+                    self.progress.update(self.task, note=f"{self.current}: {event.stage}")
             case ev.Result():
                 self.counts[event.category] += 1
                 extra = f" {event.speedup:.3f}x" if event.speedup else ""
-                self.progress.update(self.task, advance=1, note=f"sample {event.sample_id}: {event.category}{extra}")
+                note = f"sample {event.sample_id}: {event.category}{extra}"
+                self.progress.update(self.task, advance=1, note=note)
+                if event.worker:
+                    self.done_by[event.worker] += 1
+                    self._worker_line(event.worker, f"{self.done_by[event.worker]} judged; last {note}")
             case ev.Error():
                 self.console.print(f"error (sample {event.sample_id}): {event.message}", markup=False,
                                    highlight=False, style="red")
@@ -64,6 +97,8 @@ class RichProgress:
                 if self.task is not None:
                     self.progress.stop()
                 summary = ", ".join(f"{c} {n}" for c, n in self.counts.most_common()) or "nothing judged"
+                if self.done_by:
+                    summary += " (by worker: " + ", ".join(f"{w} {n}" for w, n in sorted(self.done_by.items())) + ")"
                 state = " (cancelled)" if event.cancelled else ""
                 self.console.print(f"judged {event.judged}{state}: {summary}"
                                    + (f"; tool failures {event.failed_tool}" if event.failed_tool else ""),
@@ -85,10 +120,15 @@ def eval_command(
     sanitize: Annotated[bool, typer.Option("--sanitize", help="also run compute-sanitizer memcheck")] = False,
     executed: Annotated[bool, typer.Option("--executed", help="also count executed instructions with Nsight Compute")] = False,
     json_progress: Annotated[bool, typer.Option("--json-progress", help="JSON lines on stdout (docs/eval-progress.md)")] = False,
+    gpus: Annotated[Optional[str], typer.Option("--gpus", help="a pool of GPU workers: all, a count, or indices such as 0,2,5")] = None,
+    workers_per_gpu: Annotated[int, typer.Option("--workers-per-gpu", help="workers on each GPU of --gpus (2 or more: timing flagged as shared)")] = 1,
+    cluster: Annotated[Optional[str], typer.Option("--cluster", help="a Dask scheduler (tcp://host:8786) or local[:N]; needs ptxbench[cluster]")] = None,
 ) -> None:
     """Judge samples from the store and append one evaluation row per sample."""
     from ptxbench.db.store import StoreError, open_store
     from ptxbench.services.batch import run_batch, select_samples
+    from ptxbench.services.errors import UsageError
+    from ptxbench.services.parallel import make_backend, run_parallel_batch
 
     if not (sample or task or all_unjudged):
         raise fail("eval", "say what to judge: --sample ID, --task ID or --all-unjudged")
@@ -103,10 +143,20 @@ def eval_command(
         store = open_store(db)
     except (StoreError, OSError) as exc:
         raise fail("eval", str(exc)) from None
+    ids = select_samples(store, sample, task, all_unjudged, static)
+    try:
+        backend = make_backend(store, ids, gpus=gpus, workers_per_gpu=workers_per_gpu, cluster=cluster,
+                               static_only=static)
+    except UsageError as exc:
+        store.conn.close()
+        raise fail("eval", str(exc)) from None
     sink: ev.JsonLines | RichProgress = ev.JsonLines() if json_progress else RichProgress()
     try:
-        code = run_batch(store, select_samples(store, sample, task, all_unjudged, static), sink,
-                         static_only=static, sanitize=sanitize, executed=executed)
+        if backend is None:
+            code = run_batch(store, ids, sink, static_only=static, sanitize=sanitize, executed=executed)
+        else:
+            code = run_parallel_batch(store, ids, sink, backend, static_only=static, sanitize=sanitize,
+                                      executed=executed)
     finally:
         if isinstance(sink, RichProgress):
             sink.close()

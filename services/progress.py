@@ -4,6 +4,12 @@
 them back (docs/eval-progress.md is the contract on the wire, unchanged): every line is
 `{"event": KIND, "t": seconds, ...fields}`, the fields in the order of the dataclass below.
 An optional field that is None is left off the line, as it always was.
+
+A batch spread over several GPU workers (services/parallel.py: a pool on one host, or a Dask
+cluster) adds what a one-worker batch never writes: the optional `worker` field on the events of
+one sample, `workers` on `start`, and `worker` events when a worker becomes ready, restarts,
+leaves or is taken out of the pool. A reader of an older version ignores the fields and keeps
+the new kind as `Unknown`, so a one-worker batch's lines are the same as before.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ class Start:
     total: int
     device: str | None
     static_only: bool
+    workers: int | None = None  # GPU workers (or judging threads) of a parallel batch; optional on the wire
 
 
 @dataclass(frozen=True)
@@ -29,6 +36,7 @@ class SampleStarted:
     sample_id: int
     task_id: str
     index: int
+    worker: str | None = None  # which worker judges it (parallel batches); optional on the wire
 
 
 @dataclass(frozen=True)
@@ -38,6 +46,7 @@ class StageChanged:
     stage: str
     status: str  # "begin" or "end"
     category: str | None = None  # optional on the wire
+    worker: str | None = None  # optional on the wire
 
 
 @dataclass(frozen=True)
@@ -49,6 +58,7 @@ class Result:
     status: str
     speedup: float | None
     time_ms: float | None
+    worker: str | None = None  # optional on the wire
 
 
 @dataclass(frozen=True)
@@ -64,6 +74,7 @@ class Error:
     sample_id: int | None
     message: str
     evaluation_id: int | None = None  # the row that records the failed attempt; optional on the wire
+    worker: str | None = None  # optional on the wire
 
 
 @dataclass(frozen=True)
@@ -75,6 +86,22 @@ class Done:
 
 
 @dataclass(frozen=True)
+class WorkerChanged:
+    """A GPU worker of a parallel batch changed state: `ready`, `restarted`, `retired` (taken out of the pool
+    for good), `joined` or `lost` (a cluster worker came or went)."""
+
+    kind: ClassVar[str] = "worker"
+    worker: str
+    state: str
+    device: str | None = None  # the device's name, where known
+    shared: bool | None = None  # another worker judges on the same GPU: its timing is not clean
+    message: str | None = None
+
+
+WORKER_STATES = ("ready", "restarted", "retired", "joined", "lost")
+
+
+@dataclass(frozen=True)
 class Unknown:
     """A well-formed line of a kind this version does not know (a newer engine): kept whole."""
 
@@ -82,9 +109,24 @@ class Unknown:
     raw: dict[str, Any]
 
 
-Event = Union[Start, SampleStarted, StageChanged, Result, Log, Error, Done, Unknown]
-KINDS: dict[str, type] = {c.kind: c for c in (Start, SampleStarted, StageChanged, Result, Log, Error, Done)}
-OPTIONAL = frozenset({(StageChanged, "category"), (Error, "evaluation_id")})
+Event = Union[Start, SampleStarted, StageChanged, Result, Log, Error, Done, WorkerChanged, Unknown]
+KINDS: dict[str, type] = {
+    c.kind: c for c in (Start, SampleStarted, StageChanged, Result, Log, Error, Done, WorkerChanged)
+}
+OPTIONAL = frozenset(
+    {
+        (StageChanged, "category"),
+        (Error, "evaluation_id"),
+        (Start, "workers"),
+        (SampleStarted, "worker"),
+        (StageChanged, "worker"),
+        (Result, "worker"),
+        (Error, "worker"),
+        (WorkerChanged, "device"),
+        (WorkerChanged, "shared"),
+        (WorkerChanged, "message"),
+    }
+)
 
 
 class Sink(Protocol):

@@ -1,0 +1,362 @@
+"""A batch over many GPU workers: a pool on this host (services/pool.py) or a Dask cluster (services/cluster.py).
+
+The same contract as the one-worker batch (services/batch.py), with the judging spread out:
+
+- the static stages of the next samples run on this process's CPU threads while the workers
+  judge (static-only batches send the candidate, and the workers run the static stages);
+- every row is written here, by this process alone, in the order the results arrive: one
+  evaluation (with its measurements) per sample, committed one by one, so a batch that is
+  killed loses nothing it finished and `--all-unjudged` resumes it exactly as before;
+- a result that comes back twice under one attempt key (a cluster job run again after its
+  worker went away) is written once;
+- SIGTERM/SIGINT (or the caller's flag) stop the submitting; jobs not yet begun are withdrawn
+  (left unjudged, for a resume) and the ones running are written when they end;
+- with every worker gone (the pool took them all out of service) the samples not yet judged
+  stay unjudged, and the batch ends saying so.
+
+Rows carry evidence `worker` (which worker, which physical GPU, the attempt key); timing made
+while another worker shared the GPU is flagged (services/shared_gpu.py).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import deque
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any
+
+import sqlite_utils
+
+from ptxbench.services import progress as ev
+from ptxbench.services.batch import EXIT_OK, EXIT_TOOL, PREFETCH, SOURCE, SignalStop, Stop
+from ptxbench.services.dispatch import (
+    Backend,
+    BackendUnavailable,
+    JudgeOutcome,
+    JudgeRequest,
+    finished_judgement,
+    worker_evidence,
+)
+from ptxbench.services.pool import UNJUDGED
+
+POLL_S = 0.2
+
+
+@dataclass
+class _Prepared:
+    index: int
+    sample_id: int
+    task_id: str
+    arch: str
+    extracted: Any
+    static: Future[Any] | None
+
+
+def batch_archs(store: sqlite_utils.Database, ids: list[int]) -> set[str]:
+    """The archs of the tasks a batch judges (which GPUs `--gpus all` takes)."""
+    from ptxbench.tasks.spec import get_task
+
+    archs: set[str] = set()
+    task_ids: set[str] = set()
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        rows = store.execute(
+            f"SELECT DISTINCT task_id FROM samples WHERE id IN ({','.join('?' * len(chunk))})", chunk
+        ).fetchall()
+        task_ids.update(r[0] for r in rows)
+    for t in task_ids:
+        try:
+            archs.add(get_task(t).arch)
+        except KeyError:
+            pass
+    return archs
+
+
+def run_parallel_batch(
+    store: sqlite_utils.Database,
+    ids: list[int],
+    progress: ev.Sink,
+    backend: Backend,
+    *,
+    static_only: bool = False,
+    sanitize: bool = False,
+    executed: bool = False,
+    stop: Stop | None = None,
+    source: str = SOURCE,
+    static_threads: int = PREFETCH,
+) -> int:
+    """Judge `ids` on `backend`'s workers, writing each row here as it arrives; 0, or EXIT_TOOL when the
+    tool failed on every sample it tried (or no worker could be had)."""
+    return _Batch(
+        store,
+        ids,
+        progress,
+        backend,
+        static_only=static_only,
+        sanitize=sanitize,
+        executed=executed,
+        source=source,
+        static_threads=static_threads,
+    ).run(stop)
+
+
+class _Batch:
+    def __init__(
+        self,
+        store: sqlite_utils.Database,
+        ids: list[int],
+        progress: ev.Sink,
+        backend: Backend,
+        *,
+        static_only: bool,
+        sanitize: bool,
+        executed: bool,
+        source: str,
+        static_threads: int,
+    ) -> None:
+        self.store, self.ids, self.progress, self.backend = store, list(ids), progress, backend
+        self.static_only, self.sanitize, self.executed, self.source = static_only, sanitize, executed, source
+        self.static_threads = max(1, static_threads)
+        self.batch_id = uuid.uuid4().hex[:12]
+        self.judged = self.failed = 0
+        self.written: set[str] = set()
+        self.workers = 1
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def run(self, stop: Stop | None) -> int:
+        try:
+            started = self.backend.start(batch_archs(self.store, self.ids), self.static_only)
+        except BackendUnavailable as exc:
+            self.progress.emit(ev.Start(total=len(self.ids), device=None, static_only=self.static_only))
+            self.progress.emit(ev.Error(sample_id=None, message=str(exc)[:2000]))
+            self.progress.emit(ev.Done(judged=0, failed_tool=len(self.ids), cancelled=False))
+            return EXIT_TOOL
+        self.workers = max(1, len(started))
+        self.progress.emit(
+            ev.Start(
+                total=len(self.ids),
+                device=self.backend.device_label(),
+                static_only=self.static_only,
+                workers=len(started),
+            )
+        )
+        for event in started:
+            self.progress.emit(event)
+        cancelled = False
+        statics = ThreadPoolExecutor(max_workers=self.static_threads, thread_name_prefix="ptxbench-static")
+        try:
+            with stop or SignalStop() as stopping:
+                cancelled = self._loop(stopping, statics)
+        finally:
+            statics.shutdown(wait=False, cancel_futures=True)
+            self._drain()
+            self.backend.close()
+            self._drain()
+        self.progress.emit(ev.Done(judged=self.judged, failed_tool=self.failed, cancelled=cancelled))
+        return EXIT_TOOL if self.failed and not self.judged else EXIT_OK
+
+    def _loop(self, stopping: Stop, statics: ThreadPoolExecutor) -> bool:
+        order = deque(enumerate(self.ids))
+        prepared: deque[_Prepared] = deque()
+        inflight: dict[Future[JudgeOutcome], _Prepared] = {}
+        cancelled = False
+        while True:
+            self._drain()
+            if stopping.requested and not cancelled:
+                cancelled = True
+                self.backend.cancel_pending()
+                for p in prepared:
+                    if p.static is not None:
+                        p.static.cancel()
+                prepared.clear()
+            if not cancelled and not self.backend.alive():
+                left = len(order) + len(prepared)
+                if left:
+                    self.failed += left
+                    self.progress.emit(
+                        ev.Error(
+                            sample_id=None,
+                            message=f"no worker is left: {left} sample(s) not judged (run the batch again to resume)",
+                        )
+                    )
+                order.clear()
+                prepared.clear()
+            if not cancelled:
+                window = self.backend.capacity() + self.static_threads
+                while order and len(prepared) < window:
+                    ready = self._prepare(*order.popleft(), statics)
+                    if ready is not None:
+                        prepared.append(ready)
+                while prepared and len(inflight) < self.backend.capacity():
+                    head = prepared[0]
+                    if head.static is not None and not head.static.done():
+                        break
+                    prepared.popleft()
+                    future = self._submit(head)
+                    if future is not None:
+                        inflight[future] = head
+            if not inflight and (cancelled or not (order or prepared)):
+                return cancelled and self.judged + self.failed < len(self.ids)
+            waiting: list[Future[Any]] = list(inflight)
+            if prepared and prepared[0].static is not None and len(inflight) < self.backend.capacity():
+                waiting.append(prepared[0].static)
+            done, _ = wait(waiting, timeout=POLL_S, return_when=FIRST_COMPLETED)
+            self._drain()  # a job's stage events are queued before its result: they go out first
+            for future in done:
+                p = inflight.pop(future, None)  # type: ignore[arg-type]  # a static's future is not a key
+                if p is None or future.cancelled():
+                    continue  # withdrawn: left unjudged for a resume
+                try:
+                    outcome = future.result()
+                except Exception as exc:  # the backend's own failure for one job: recorded like any tool failure
+                    outcome = JudgeOutcome(p.sample_id, self._attempt(p), "", error=f"{type(exc).__name__}: {exc}")
+                self._write(outcome)
+
+    def _drain(self) -> None:
+        events = self.backend.events
+        while True:
+            try:
+                event = events.get_nowait()
+            except Exception:  # queue.Empty
+                return
+            self.progress.emit(event)
+
+    # -- samples in, rows out --------------------------------------------------------------------
+
+    def _attempt(self, p: _Prepared) -> str:
+        return f"{self.batch_id}:{p.sample_id}"
+
+    def _prepare(self, index: int, sid: int, statics: ThreadPoolExecutor) -> _Prepared | None:
+        from ptxbench.db.queries import get_sample
+        from ptxbench.engine.static import judge_static
+        from ptxbench.models.judging import candidate_of
+        from ptxbench.tasks.spec import get_task
+
+        sample = get_sample(self.store, sid)
+        if sample is None:
+            self.progress.emit(ev.Error(sample_id=sid, message=f"no sample with id {sid}"))
+            self.failed += 1
+            return None
+        extracted = candidate_of(sample)
+        try:
+            spec = get_task(sample.task_id)
+        except KeyError as exc:
+            self._tool_failed(sid, None, f"KeyError: {exc}", None, "")
+            return None
+        static = None if self.static_only else statics.submit(judge_static, extracted, spec)
+        return _Prepared(index, sid, sample.task_id, spec.arch, extracted, static)
+
+    def _submit(self, p: _Prepared) -> Future[JudgeOutcome] | None:
+        static = None
+        if p.static is not None:
+            try:
+                static = p.static.result()
+            except Exception as exc:  # ptxas missing, a tool crash: the tool failed, not the candidate
+                self._tool_failed(p.sample_id, None, f"{type(exc).__name__}: {exc}", None, "")
+                return None
+        req = JudgeRequest(
+            sample_id=p.sample_id,
+            index=p.index,
+            attempt=self._attempt(p),
+            task_id=p.task_id,
+            arch=p.arch,
+            extracted=p.extracted if static is None else None,
+            static=static,
+            gpu=not self.static_only,
+            sanitize=self.sanitize,
+            executed=self.executed,
+        )
+        return self.backend.submit(req)
+
+    def _write(self, outcome: JudgeOutcome) -> None:
+        from ptxbench.db.judgement import evaluation_records
+
+        if outcome.attempt in self.written:
+            return  # the same job's second answer (run again after its worker went away)
+        self.written.add(outcome.attempt)
+        sid = outcome.sample_id
+        if outcome.extra.get(UNJUDGED):
+            self.failed += 1
+            self.progress.emit(ev.Error(sample_id=sid, message=f"not judged: {outcome.error}"))
+            return
+        if not outcome.ok:
+            self._tool_failed(
+                sid, outcome.static, outcome.error or "the worker gave no judgement", outcome.device, outcome.worker
+            )
+            return
+        try:
+            judgement = finished_judgement(self.backend, outcome)
+            records = evaluation_records(judgement, sid, self.source, worker_evidence(outcome, self.workers))
+            row = self._add(records.evaluation, records.measurements)
+        except (KeyError, OSError, ValueError, RuntimeError) as exc:
+            self._tool_failed(sid, outcome.static, f"{type(exc).__name__}: {exc}", outcome.device, outcome.worker)
+            return
+        self.judged += 1
+        self.progress.emit(
+            ev.Result(
+                sample_id=sid,
+                evaluation_id=row.id,
+                category=row.category,
+                status=row.status,
+                speedup=row.speedup,
+                time_ms=row.time_ms,
+                worker=outcome.worker or None,
+            )
+        )
+
+    def _add(self, evaluation: Any, measurements: list[Any]) -> Any:
+        from ptxbench.db.writes import add_evaluation
+
+        return add_evaluation(self.store, evaluation, measurements)
+
+    def _tool_failed(self, sid: int, static: Any, message: str, device: str | None, worker: str) -> None:
+        """The attempt is recorded too: nothing the batch tried is silently left unjudged."""
+        from ptxbench.db.judgement import tool_error_record
+
+        self.failed += 1
+        message = message[:2000]
+        record = tool_error_record(sid, static, message, device, self.source)
+        if worker:
+            record.evidence["worker"] = {"name": worker, "attempt": f"{self.batch_id}:{sid}"}
+        row = self._add(record, [])
+        self.progress.emit(ev.Error(sample_id=sid, message=message, evaluation_id=row.id, worker=worker or None))
+
+
+def make_backend(
+    store: sqlite_utils.Database,
+    ids: list[int],
+    *,
+    gpus: str | None = None,
+    workers_per_gpu: int = 1,
+    cluster: str | None = None,
+    static_only: bool = False,
+) -> Backend | None:
+    """What `--gpus` / `--workers-per-gpu` / `--cluster` ask for: a pool, a Dask backend, or None for the
+    one-worker batch (services/batch.py). UsageError says what is wrong with the options."""
+    from ptxbench.services.errors import UsageError
+
+    if workers_per_gpu < 1:
+        raise UsageError("--workers-per-gpu: give at least 1")
+    if cluster is not None:
+        if gpus is not None or workers_per_gpu != 1:
+            raise UsageError(
+                "--cluster: the cluster's workers declare their GPUs; leave out --gpus and --workers-per-gpu"
+            )
+        from ptxbench.services.cluster import DaskBackend, parse_address
+
+        parse_address(cluster)  # a UsageError before any connection is tried
+        return DaskBackend(cluster)
+    if gpus is None:
+        if workers_per_gpu != 1:
+            raise UsageError("--workers-per-gpu needs --gpus (which GPUs to put the workers on)")
+        return None
+    if static_only:
+        raise UsageError("--gpus: a --static batch needs no GPU (use --cluster local:N to spread it over processes)")
+    from ptxbench.services.gpuset import choose, visible_gpus
+    from ptxbench.services.pool import GpuPool, slot_specs
+
+    chosen = choose(gpus, visible_gpus(), batch_archs(store, ids) or None)
+    per_gpu = [g for g in chosen for _ in range(workers_per_gpu)]
+    return GpuPool(slot_specs(per_gpu))

@@ -1,0 +1,142 @@
+"""The Dask path (services/cluster.py) on a real distributed.LocalCluster, judging static-only.
+
+The workers are real Dask worker processes (with nannies), the jobs run the real static stages,
+the rows are read back from a real store. One test kills a worker's process in the middle of the
+batch: Dask runs its job again elsewhere, and the store still has exactly one row per sample.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("distributed")
+
+from ptxbench.db.queries import evaluations_for
+from ptxbench.db.store import open_store
+from ptxbench.services import progress as ev
+from ptxbench.services.batch import StopFlag, run_batch
+from ptxbench.services.cluster import DaskBackend, parse_address
+from ptxbench.services.errors import UsageError
+from ptxbench.services.parallel import run_parallel_batch
+from test_pool import Collect, _one_row_each, _store
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(autouse=True)
+def _cache(monkeypatch, tmp_path_factory):
+    monkeypatch.setenv("PTXBENCH_CACHE", str(tmp_path_factory.getbasetemp() / "asm-cache"))
+
+
+def test_addresses():
+    assert parse_address("tcp://10.0.0.1:8786") == ("remote", None)
+    assert parse_address("local") == ("local", None)
+    assert parse_address("local:3") == ("local", 3)
+    for bad in ("local:0", "10.0.0.1:8786", "local:x"):
+        with pytest.raises(UsageError):
+            parse_address(bad)
+
+
+class KillOne(Collect):
+    """After `after` rows, SIGKILL the process of the worker that judged the last one."""
+
+    def __init__(self, pids: dict[str, int], after: int) -> None:
+        super().__init__()
+        self.pids, self.after, self.killed = pids, after, None
+
+    def emit(self, event: ev.Event) -> None:
+        super().emit(event)
+        if isinstance(event, ev.SampleStarted) and self.killed is None and len(self.of(ev.Result)) >= self.after:
+            # The worker that just began a job is the one that dies with it in hand.
+            pid = self.pids.get(event.worker or "")
+            if pid:
+                os.kill(pid, signal.SIGKILL)
+                self.killed = event.worker
+
+
+def test_two_dask_workers_judge_as_one_worker_does_and_survive_a_kill(tmp_path: Path):
+    n = 16
+    db, ids = _store(tmp_path, n)
+    backend = DaskBackend("local:2")
+    sink = KillOne({}, after=4)
+
+    # Learn the worker processes' pids once the cluster is up (start() is the batch's first step).
+    real_start = backend.start
+
+    def start(archs, static_only):
+        started = real_start(archs, static_only)
+        sink.pids = {str(i["name"]): int(i["pid"]) for i in backend._known.values()}  # type: ignore[attr-defined]
+        return started
+
+    backend.start = start  # type: ignore[method-assign]
+    assert run_parallel_batch(db, ids, sink, backend, static_only=True, stop=StopFlag()) == 0
+    assert sink.killed is not None, "no worker was killed: the test proved nothing"
+    rows = _one_row_each(db, ids)  # nothing lost, nothing written twice
+    assert all(r.status == "static" for r in rows)
+    assert len({r.evidence["worker"]["attempt"] for r in rows}) == n
+    done = sink.events[-1]
+    assert done == ev.Done(judged=n, failed_tool=0, cancelled=False)
+    start_ev = sink.of(ev.Start)[0]
+    assert start_ev.workers == 2 and "Dask local:2" in (start_ev.device or "")
+    assert len({r.evidence["worker"]["name"] for r in rows}) >= 2
+    # The same verdicts as the one-worker batch.
+    db1, ids1 = _store(tmp_path / "one", n)
+    assert run_batch(db1, ids1, Collect(), static_only=True, stop=StopFlag()) == 0
+    assert [r.category for r in rows] == [evaluations_for(db1, i)[0].category for i in ids1]
+
+
+def test_a_cluster_with_no_gpu_resource_is_refused(tmp_path: Path):
+    from distributed import LocalCluster
+
+    db, ids = _store(tmp_path, 2)
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
+        sink = Collect()
+        assert (
+            run_parallel_batch(db, ids, sink, DaskBackend(cluster.scheduler_address), static_only=True, stop=StopFlag())
+            == 1
+        )
+    assert "declares a GPU resource" in sink.of(ev.Error)[0].message
+    assert all(not evaluations_for(db, i) for i in ids)
+
+
+def test_eval_cluster_local_from_the_command_line_and_resume(tmp_path: Path):
+    from test_eval_cli import _eval, _events
+    from test_eval_cli import _store as cli_store
+
+    path, ids = cli_store(tmp_path, ["vadd_ok", "vadd_wrong", "vadd_ok"])
+    env = {"PTXBENCH_CACHE": str(tmp_path / "cache")}
+    proc = _eval("--db", str(path), "--all-unjudged", "--static", "--cluster", "local:2", "--json-progress", env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    events = _events(proc.stdout)
+    assert events[0]["event"] == "start" and events[0]["workers"] == 2
+    assert {e["state"] for e in events if e["event"] == "worker"} >= {"ready"}
+    results = [e for e in events if e["event"] == "result"]
+    assert set(ids) <= {r["sample_id"] for r in results} and all(r["worker"] for r in results)
+    assert len(results) == len({r["sample_id"] for r in results}) == events[-1]["judged"]
+    db = open_store(path)
+    _one_row_each(db, ids)
+    db.conn.close()
+    again = _eval("--db", str(path), "--all-unjudged", "--static", "--cluster", "local:1", "--json-progress", env=env)
+    assert _events(again.stdout)[0]["total"] == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--static", "--gpus", "0"], "needs no GPU"),
+        (["--static", "--cluster", "10.0.0.1:8786"], "scheduler's address"),
+        (["--static", "--cluster", "local:2", "--gpus", "all"], "leave out --gpus"),
+        (["--static", "--workers-per-gpu", "2"], "needs --gpus"),
+    ],
+)
+def test_eval_refuses_options_that_do_not_fit(tmp_path: Path, args: list[str], says: str):
+    from test_eval_cli import _eval
+    from test_eval_cli import _store as cli_store
+
+    path, _ids = cli_store(tmp_path, ["vadd_ok"])
+    proc = _eval("--db", str(path), "--all-unjudged", *args)
+    assert proc.returncode == 2 and says in proc.stderr, proc.stderr
