@@ -24,6 +24,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -112,8 +113,25 @@ def run_tests(out: Path, env: dict[str, str], timeout: float, selection: list[st
                     break
             tests.append({"name": f"{case.get('classname')}::{case.get('name')}", "outcome": outcome,
                           "seconds": round(float(case.get("time") or 0), 2), "message": message})
+    if not tests and (out / "pytest.log").exists():  # cut off before pytest wrote its XML: the -v lines say
+        tests = tests_from_log((out / "pytest.log").read_text(errors="replace"))
     return {"returncode": rc, "cut_off": rc is None, "seconds": round(time.monotonic() - began, 2),
             "selection": selection, "tests": tests, "experts": experts(out / "experts")}
+
+
+_VERBOSE_LINE = re.compile(r"^(?P<name>tests/\S+::\S+)(?: (?P<outcome>PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS))?")
+
+
+def tests_from_log(text: str) -> list[dict[str, Any]]:
+    """Outcomes from `pytest -v` output (no seconds): a test that began and never ended was cut off."""
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        m = _VERBOSE_LINE.match(line)
+        if m:
+            found[m.group("name")] = (m.group("outcome") or "cut_off").lower()
+    return [{"name": name.removesuffix(".py").replace("/", ".").replace(".py::", "::"), "outcome": outcome,
+             "seconds": None, "message": "" if outcome != "cut_off" else "still running at the time limit"}
+            for name, outcome in found.items()]
 
 
 def experts(folder: Path) -> list[dict[str, Any]]:
@@ -208,6 +226,12 @@ def summary_text(report: dict[str, Any]) -> str:
             lines.append(f"| {e['task']} | {e['category']} | {'ok' if e['correct_heldout'] else e['correct_heldout']} | "
                          f"{_f(e['speedup'], '.3f')} | {_f(e['tflops'], '.0f')} | {_f(e['sol_fraction'], '.0%')} | "
                          f"{e.get('baseline') or '—'} |")
+    for name, scale in sorted(report.items()):
+        if name.startswith("scale") and isinstance(scale, dict) and scale.get("modes"):
+            lines += ["", f"Scale ({name}: {scale.get('n')} {scale.get('task')} candidates through `ptxbench eval`):"]
+            lines += [f"- {m['mode']}: {m['candidates_per_s']} candidates/s over {m['judging_s']} s of judging "
+                      f"({m.get('ratio_to_one')}× one), categories {m['categories']}, same as one: {m.get('same_as_one')}"
+                      for m in scale["modes"]]
     bench = (report.get("benchmark") or {}).get("batch", {}).get("summary")
     if bench:
         lines += ["", f"Benchmark ({bench.get('candidates')} GEMM candidates): {bench.get('wall_per_candidate_s')} s "
@@ -217,21 +241,56 @@ def summary_text(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _tests_of(folder: Path, part: dict[str, Any]) -> dict[str, Any] | None:
+    tests = part.get("tests")
+    if tests and not tests.get("tests") and (folder / "raw.tar.gz").exists():  # a report made before the log was read
+        with tarfile.open(folder / "raw.tar.gz") as tar:
+            member = next((m for m in tar.getmembers() if m.name == "pytest.log"), None)
+            log = tar.extractfile(member) if member is not None else None
+            if log is not None:
+                tests = {**tests, "tests": tests_from_log(log.read().decode(errors="replace"))}
+    return tests
+
+
 def merge(args: argparse.Namespace) -> int:
-    merged: dict[str, Any] = {"parts": []}
-    for folder in args.dirs:
-        part = json.loads((Path(folder) / "gpu-suite.json").read_text())
+    """One report from the folders of several runs on one commit: their tests, experts and benchmarks together,
+    and any other reports (`--attach NAME=FILE`, e.g. the scale benchmark) under their names."""
+    merged: dict[str, Any] = {"parts": [], "runs": []}
+    tests: dict[str, Any] = {"selection": [], "tests": [], "experts": [], "seconds": 0.0, "cut_off": False}
+    for folder in map(Path, args.dirs):
+        part = json.loads((folder / "gpu-suite.json").read_text())
+        merged["parts"] += part.get("parts", [])
+        merged["runs"].append({"folder": folder.name, "date": part.get("date"), "command": part.get("command"),
+                               "seconds": part.get("seconds")})
         for key, value in part.items():
-            if key == "parts":
-                merged["parts"] += value
-            elif key in ("tests", "benchmark") or key not in merged:
+            if key not in ("parts", "tests", "benchmark") and key not in merged:
                 merged[key] = value
+        if part.get("benchmark"):
+            merged["benchmark"] = part["benchmark"]
+        t = _tests_of(folder, part)
+        if t:
+            tests["selection"] += t.get("selection", [])
+            tests["tests"] += t.get("tests", [])
+            tests["experts"] += t.get("experts", [])
+            tests["seconds"] = round(tests["seconds"] + (t.get("seconds") or 0.0), 2)
+            tests["cut_off"] = tests["cut_off"] or bool(t.get("cut_off"))
+    # A test run again in a later folder (after a run was cut off) counts once, with its later outcome.
+    latest = {t["name"]: t for t in tests["tests"]}
+    tests["tests"] = list(latest.values())
+    tests["selection"] = list(dict.fromkeys(tests["selection"]))
+    tests["cut_off"] = any(t["outcome"] == "cut_off" for t in tests["tests"])
+    if tests["tests"] or tests["experts"]:
+        merged["tests"] = tests
+    for item in args.attach or []:
+        name, _, path = item.partition("=")
+        merged[name] = json.loads(Path(path).read_text())
     stamp = datetime.datetime.fromisoformat(merged["date"]).strftime("%Y%m%d-%H%M")
     results = Path(args.results)
     (results / f"gpu-suite-{stamp}.json").write_text(json.dumps(merged, indent=1, default=str) + "\n")
     (results / f"gpu-suite-{stamp}.md").write_text(
         summary_text(merged) + "\n\nMade by `python3 scripts/gpu_suite.py run` on the GPU machine "
-        f"(parts: {', '.join(merged['parts'])}); full figures in gpu-suite-{stamp}.json.\n")
+        f"(parts: {', '.join(merged['parts'])}), merged by `scripts/gpu_suite.py merge`; full figures in "
+        f"gpu-suite-{stamp}.json.\n")
     print(results / f"gpu-suite-{stamp}.json")
     return 0
 
@@ -250,6 +309,8 @@ def main() -> int:
     m = sub.add_parser("merge")
     m.add_argument("dirs", nargs="+")
     m.add_argument("--results", default=str(ROOT / "results"))
+    m.add_argument("--attach", action="append", metavar="NAME=FILE",
+                   help="another report of the same commit, kept under NAME (e.g. scale=scale-gpu.json)")
     args = parser.parse_args()
     return run(args) if args.verb == "run" else merge(args)
 

@@ -95,11 +95,26 @@ def gpu_speed_table(report: dict[str, Any], name: str) -> str:
     do_bench = bench.get("do_bench") or {}
     if do_bench.get("diff") is not None:
         rows.append(f"| our cuBLAS time vs `triton.testing.do_bench` | {_f(do_bench.get('diff'), '.2%')} apart | same |")
+    for key, scale in sorted(report.items()):
+        if not (key.startswith("scale") and isinstance(scale, dict) and scale.get("modes")):
+            continue
+        one = scale["modes"][0]
+        for m in scale["modes"]:
+            what = {"one": "one GPU worker", "pool2": "the pool, two workers sharing the GPU (timing flagged shared)",
+                    "dask1": "a Dask cluster, one local GPU worker",
+                    "dask2": "a Dask cluster, two workers sharing the GPU"}.get(m["mode"], m["mode"])
+            same = "" if m is one else f"; {m.get('ratio_to_one')}× one, categories {'the same' if m.get('same_as_one') else 'DIFFERENT'}"
+            rows.append(f"| `ptxbench eval` of {scale.get('n')} GEMM candidates, {what} | "
+                        f"{_f(m.get('judging_s') / m['candidates'] if m.get('judging_s') else None, '.2f', ' s')} per "
+                        f"candidate ({m.get('candidates_per_s')} candidates/s){same} | "
+                        f"`python3 benchmarks/scale_gpu.py --n {scale.get('n')}` ([{name}](results/{name})) |")
     tests = report.get("tests") or {}
     if tests.get("tests"):
-        passed = sum(t["outcome"] == "passed" for t in tests["tests"])
-        rows.append(f"| GPU tests (`pytest -m gpu tests`) | {passed} of {len(tests['tests'])} passed in "
-                    f"{_f(tests.get('seconds'), '.0f', ' s')} | `make gpu-suite` |")
+        count = {o: sum(t["outcome"] == o for t in tests["tests"]) for o in ("passed", "skipped")}
+        others = len(tests["tests"]) - count["passed"] - count["skipped"]
+        rows.append(f"| GPU tests (`pytest -m gpu tests`) | {count['passed']} passed, {others} failed or not run, "
+                    f"{count['skipped']} skipped (on request only) in {_f(tests.get('seconds'), '.0f', ' s')} | "
+                    "`make gpu-suite` |")
     return "\n".join(rows) + "\n"
 
 

@@ -34,5 +34,10 @@ def test_a_report_fills_the_marked_sections_and_nothing_else():
     out = figures.render(text, report, "gpu-suite-x.json")
     assert out.startswith("intro\n") and "\nmiddle\n" in out and out.endswith("end\n") and "old" not in out
     assert "| `ok` | 779 TFLOP/s | 73% | cuBLAS (torch.matmul) | 0.985× | ok / ok |" in out
-    assert "1 of 2 passed" in out and "0.300 s per candidate" in out
+    assert "1 passed, 1 failed or not run" in out and "0.300 s per candidate" in out
+    scale = {"n": 10, "modes": [{"mode": "one", "candidates": 10, "judging_s": 11.0, "candidates_per_s": 0.91},
+                                {"mode": "pool2", "candidates": 10, "judging_s": 8.0, "candidates_per_s": 1.25,
+                                 "ratio_to_one": 1.37, "same_as_one": False}]}
+    scaled = figures.render(text, {**report, "scale": scale}, "gpu-suite-x.json")
+    assert "1.10 s per candidate (0.91 candidates/s)" in scaled and "1.37× one, categories DIFFERENT" in scaled
     assert figures.render(out, report, "gpu-suite-x.json") == out
