@@ -204,16 +204,7 @@ def run_batch(
                     continue
                 judged += 1
                 assert row.id is not None  # committed just now
-                progress.emit(
-                    ev.Result(
-                        sample_id=sid,
-                        evaluation_id=row.id,
-                        category=row.category,
-                        status=row.status,
-                        speedup=row.speedup,
-                        time_ms=row.time_ms,
-                    )
-                )
+                progress.emit(ev.Result.of_row(sid, row))
             cancelled = stopping.requested and judged + failed < len(ids)
     finally:
         pool.shutdown(wait=False, cancel_futures=True)

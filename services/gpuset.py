@@ -26,7 +26,7 @@ class Gpu:
     key: str  # the physical GPU: its UUID, or host:index where none is known
 
 
-def _query(timeout: float = 10.0) -> list[tuple[str, str, str, str]] | None:
+def query_gpus(timeout: float = 10.0) -> list[tuple[str, str, str, str]] | None:
     """(index, uuid, compute capability, name) of every GPU the driver has, or None without a driver."""
     try:
         out = subprocess.run(
@@ -57,7 +57,7 @@ def _visible(env: dict[str, str] | None = None) -> list[str] | None:
 
 def visible_gpus(rows: list[tuple[str, str, str, str]] | None = None, env: dict[str, str] | None = None) -> list[Gpu]:
     """The GPUs a worker of this process can open, in CUDA's order (empty without a driver)."""
-    rows = _query() if rows is None else rows
+    rows = query_gpus() if rows is None else rows
     if not rows:
         return []
     by_index = {r[0]: r for r in rows}

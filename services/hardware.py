@@ -1,15 +1,13 @@
 """Which GPUs this machine has, and what the GPU stages will do for an arch.
 
-nvidia-smi is asked rather than a CUDA library imported, so the static path stays light and
+nvidia-smi is asked (services/gpuset.py) rather than a CUDA library imported, so the static path stays light and
 works on machines with no GPU stack at all. The arch names come from the engine's one rule
 (engine/arch.py), the same one the GPU worker uses for the device it opens.
 """
 
 from __future__ import annotations
 
-import subprocess
 
-from ptxbench.engine.arch import arch_of_capability
 from ptxbench.services.errors import UsageError
 
 GPU_READY = "ready"  # a GPU of the arch is here and the GPU stages were asked for
@@ -17,25 +15,13 @@ GPU_MODES = ("auto", "on", "off")
 
 
 def gpu_archs(timeout: float = 5.0) -> list[str] | None:
-    """Arch of every visible GPU, or None when there is no usable NVIDIA driver."""
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-    except (OSError, subprocess.TimeoutExpired):
+    """Arch of every GPU this process's workers can open, or None when there is no usable NVIDIA driver."""
+    from ptxbench.services.gpuset import query_gpus, visible_gpus
+
+    rows = query_gpus(timeout)
+    if not rows:
         return None
-    if out.returncode != 0:
-        return None
-    caps = [line.strip() for line in out.stdout.splitlines() if line.strip()]
-    if not caps:
-        return None
-    try:
-        return [arch_of_capability(c) for c in caps]
-    except ValueError:  # not a compute capability: a driver that answers something else
-        return None
+    return [g.arch for g in visible_gpus(rows)] or None
 
 
 def gpu_status(arch: str, static_only: bool) -> str:

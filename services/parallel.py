@@ -294,17 +294,7 @@ class _Batch:
             self._tool_failed(sid, outcome.static, f"{type(exc).__name__}: {exc}", outcome.device, outcome.worker)
             return
         self.judged += 1
-        self.progress.emit(
-            ev.Result(
-                sample_id=sid,
-                evaluation_id=row.id,
-                category=row.category,
-                status=row.status,
-                speedup=row.speedup,
-                time_ms=row.time_ms,
-                worker=outcome.worker or None,
-            )
-        )
+        self.progress.emit(ev.Result.of_row(sid, row, outcome.worker or None))
 
     def _add(self, evaluation: Any, measurements: list[Any]) -> Any:
         from ptxbench.db.writes import add_evaluation

@@ -60,6 +60,19 @@ class Result:
     time_ms: float | None
     worker: str | None = None  # optional on the wire
 
+    @classmethod
+    def of_row(cls, sample_id: int, row: Any, worker: str | None = None) -> Result:
+        """The event for an evaluation row just committed."""
+        return cls(
+            sample_id=sample_id,
+            evaluation_id=row.id,
+            category=row.category,
+            status=row.status,
+            speedup=row.speedup,
+            time_ms=row.time_ms,
+            worker=worker,
+        )
+
 
 @dataclass(frozen=True)
 class Log:
