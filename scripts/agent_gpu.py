@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -110,6 +111,9 @@ def device_line() -> str:
 
 
 def commit() -> str:
+    """PTXBENCH_COMMIT where the caller set it (a GPU machine's copy of the tree may not carry git's HEAD)."""
+    if os.environ.get("PTXBENCH_COMMIT"):
+        return os.environ["PTXBENCH_COMMIT"]
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT, timeout=10)
         return out.stdout.strip() or "unknown"
