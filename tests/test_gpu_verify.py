@@ -247,9 +247,29 @@ def test_compute_bound_and_derived_input_tasks_draw_fresh_sets_too(task_id, size
     name = task.inputs[0].name
     assert not torch.equal(a.inputs[name], b.inputs[name])
     seed = (pool.base + 7919 * 1) % (1 << 62)
-    same = draw(task, sizes, seed, torch.device("cpu"))  # the lazy reference is the reference of those inputs
+    same = draw(task, sizes, seed, torch.device("cpu"), fast=True)  # the lazy reference is theirs, in its quick form
+    full = draw(task, sizes, seed, torch.device("cpu"))
     for out in task.outputs:
         assert torch.equal(a.reference[out.name], same.reference[out.name])
+        exact = full.reference[out.name].double()
+        err = (a.reference[out.name].double() - exact).norm() / exact.norm()
+        assert err < 1e-5                # far inside any bf16 tolerance (2^-9 is its own rounding)
+
+
+def test_the_quick_gemm_reference_is_exact_products_accumulated_in_float32():
+    from ptxbench.tasks.reference import reference
+
+    task = get_task("gemm_bf16_sm90a")
+    gen = torch.Generator().manual_seed(4)
+    a = torch.randn(96, 2048, generator=gen).to(torch.bfloat16)
+    b = torch.randn(80, 2048, generator=gen).to(torch.bfloat16)
+    quick = reference(task, {"A": a, "B": b}, fast=True)["C"]
+    exact = reference(task, {"A": a, "B": b})["C"]
+    assert quick.dtype == torch.float32 and exact.dtype == torch.float64
+    scale = (a.double().abs() @ b.double().abs().T)          # the accumulation's error bound scales with Σ|a||b|
+    assert ((quick.double() - exact).abs() <= 2048 * 2.0 ** -24 * scale).all()
+    wide = reference(task, {"A": a.float(), "B": b.float()}, fast=True)["C"]
+    assert wide.dtype == torch.float64                        # f32 inputs are not exact in TF32: the full form
 
 
 def test_a_write_into_a_checked_rounds_own_copies_is_seen():

@@ -48,11 +48,39 @@ def test_checked_rounds_are_a_random_subset_of_at_least_min_checks(rounds):
         assert len({frozenset(p) for p in picked}) > 1
 
 
-def test_an_input_set_is_found_by_identity():
-    from ptxbench.engine.gpu.datacache import TaskData
-    from ptxbench.engine.gpu.datacache import index_of
+def test_a_job_s_sets_stay_cached_when_the_cache_cannot_hold_them_all():
+    """Three sets in order, room for two: plain LRU evicts each just before its next use; the cache keeps
+    what the running job has used and does without the one that does not fit."""
+    from ptxbench.engine.gpu.datacache import DataCache
+    from ptxbench.tasks.spec import get_task
 
-    sets = [TaskData({"X": torch.ones(4)}, {"Z": torch.ones(4)}) for _ in range(3)]
-    with pytest.raises(RuntimeError):
-        sets.index(sets[2])  # `==` on tensors: what a list's own index does
-    assert index_of(sets, sets[2]) == 2
+    task = get_task("vector_add_smoke")
+    sizes = {"N": 4096}
+    probe = DataCache(torch.device("cpu"), 1 << 40)
+    one = probe.get(task, sizes, 1).nbytes
+    cache = DataCache(torch.device("cpu"), int(2.5 * one))
+    for _job in range(3):
+        cache.begin_job()
+        for seed in (1, 2, 3):
+            cache.get(task, sizes, seed)
+    assert cache.misses == 3 + 1 + 1          # all three once, then only the one there is no room for
+    assert cache.hits == 4
+
+
+def test_sets_of_an_earlier_job_make_room_for_this_one():
+    from ptxbench.engine.gpu.datacache import DataCache
+    from ptxbench.tasks.spec import get_task
+
+    task = get_task("vector_add_smoke")
+    probe = DataCache(torch.device("cpu"), 1 << 40)
+    one = probe.get(task, {"N": 4096}, 1).nbytes
+    cache = DataCache(torch.device("cpu"), int(2.5 * one))
+    cache.begin_job()
+    cache.get(task, {"N": 4096}, 1)
+    cache.get(task, {"N": 4096}, 2)
+    cache.begin_job()
+    for seed in (5, 6):
+        cache.get(task, {"N": 4096}, seed)
+    cache.get(task, {"N": 4096}, 5)
+    cache.get(task, {"N": 4096}, 6)
+    assert cache.hits == 2 and cache.misses == 4

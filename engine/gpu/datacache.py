@@ -26,6 +26,7 @@ from typing import overload
 
 import torch
 
+from ptxbench.engine.gpu import fused
 from ptxbench.engine.gpu.buffers import TORCH_DTYPES, bits_view
 from ptxbench.tasks.inputs import make_inputs
 from ptxbench.tasks.reference import reference
@@ -46,30 +47,33 @@ class TaskData:
         return sum(t.numel() * t.element_size() for t in (*self.inputs.values(), *self.reference.values()))
 
 
-def draw(task: TaskSpec, sizes: dict[str, int], seed: int, device: torch.device) -> TaskData:
-    """Inputs of one seed and their reference, uncached."""
+def draw(task: TaskSpec, sizes: dict[str, int], seed: int, device: torch.device, *, lazy: bool = False,
+         fast: bool = False) -> TaskData:
+    """Inputs of one seed and their reference, uncached; `lazy`: the reference computed when first read;
+    `fast`: by tasks.reference's quicker form where it has one (a checked timing round)."""
     raw = make_inputs(task, sizes, seed, device)
     inputs = {t.name: raw[t.name].to(TORCH_DTYPES[t.dtype]).contiguous() for t in task.inputs}
-    return TaskData(inputs, dict(LazyReference(task, raw)))
+    ref = LazyReference(task, raw, fast)
+    return TaskData(inputs, ref if lazy else ref.computed())
 
 
 class LazyReference(Mapping[str, torch.Tensor]):
     """A set's reference, computed (on the current stream) the first time an output is read: most timed
     rounds are never checked, and their sets need inputs only."""
 
-    def __init__(self, task: TaskSpec, raw: dict[str, torch.Tensor]) -> None:
-        self.task, self.raw = task, raw
+    def __init__(self, task: TaskSpec, raw: dict[str, torch.Tensor], fast: bool = False) -> None:
+        self.task, self.raw, self.fast = task, raw, fast
         self._outputs: dict[str, torch.Tensor] | None = None
 
-    def _computed(self) -> dict[str, torch.Tensor]:
+    def computed(self) -> dict[str, torch.Tensor]:
         if self._outputs is None:
-            outputs = reference(self.task, self.raw)
+            outputs = reference(self.task, self.raw, fast=self.fast)
             self._outputs = {t.name: outputs[t.name].contiguous() for t in self.task.outputs}
             self.raw = {}
         return self._outputs
 
     def __getitem__(self, name: str) -> torch.Tensor:
-        return self._computed()[name]
+        return self.computed()[name]
 
     def __iter__(self) -> Iterator[str]:
         return iter(t.name for t in self.task.outputs)
@@ -78,16 +82,13 @@ class LazyReference(Mapping[str, torch.Tensor]):
         return len(self.task.outputs)
 
 
-def index_of(items: Sequence[TaskData], item: TaskData) -> int:
-    """Where `item` itself is in `items` (input sets hold tensors, which `==` cannot compare)."""
-    return next(i for i, x in enumerate(items) if x is item)
-
-
 class DataCache:
     def __init__(self, device: torch.device, budget_bytes: int) -> None:
         self.device = device
         self.budget = budget_bytes
         self._entries: OrderedDict[Key, TaskData] = OrderedDict()
+        self._job_of: dict[Key, int] = {}      # the job that last used each entry
+        self.job = 0
         self.hits = 0
         self.misses = 0
         self.corrupted = 0                  # entries found changed since they were drawn, and drawn again
@@ -96,8 +97,14 @@ class DataCache:
     def key(task: TaskSpec, sizes: dict[str, int], seed: int) -> Key:
         return task.id, tuple(sorted(sizes.items())), int(seed)
 
+    def begin_job(self) -> None:
+        """Entries the coming job uses are kept through it: a job's sets in order, over a cache too small for
+        them all, would otherwise evict each entry just before its next use (every lookup a miss)."""
+        self.job += 1
+
     def get(self, task: TaskSpec, sizes: dict[str, int], seed: int) -> TaskData:
         key = self.key(task, sizes, seed)
+        self._job_of[key] = self.job
         if key in self._entries:
             self._entries.move_to_end(key)
             entry = self._entries[key]
@@ -114,21 +121,27 @@ class DataCache:
         data.draw_s = time.perf_counter() - started
         data.seal = fingerprint(data).cpu()      # where no kernel can write it
         self._entries[key] = data
-        self._evict()
+        self._evict(key)
         return data
 
     def drop(self, task: TaskSpec, sizes: dict[str, int], seed: int) -> None:
         """Forget an entry (a candidate wrote into it): the next use computes it again."""
         self._entries.pop(self.key(task, sizes, seed), None)
 
-    def _evict(self) -> None:
+    def _evict(self, new: Key) -> None:
+        """Least recently used first, among entries no part of this job has used; if that is not room enough,
+        the new entry is not kept (the caller still has it)."""
         total = sum(e.nbytes for e in self._entries.values())
-        while total > self.budget and len(self._entries) > 1:
-            _, old = self._entries.popitem(last=False)
-            total -= old.nbytes
+        for key in [k for k in self._entries if self._job_of.get(k, -1) < self.job]:
+            if total <= self.budget:
+                return
+            total -= self._entries.pop(key).nbytes
+        if total > self.budget and len(self._entries) > 1:
+            self._entries.pop(new)
 
     def clear(self) -> None:
         self._entries.clear()
+        self._job_of.clear()
 
 
 FINGERPRINT_CHUNK = 1 << 24
@@ -141,6 +154,9 @@ def fingerprint(data: TaskData) -> torch.Tensor:
     parts = []
     for t in (*data.inputs.values(), *data.reference.values()):
         bits = bits_view(t)
+        if fused.ENABLED and fused.usable(bits):
+            parts.append(fused.fingerprint(bits))
+            continue
         total = torch.zeros((), dtype=torch.int64, device=t.device)
         for start in range(0, bits.numel(), FINGERPRINT_CHUNK):
             chunk = bits[start:start + FINGERPRINT_CHUNK].to(torch.int64)
@@ -168,7 +184,8 @@ class FreshSets(Sequence[TaskData]):
         """Before a checked round runs: its reference, computed from inputs no launch has touched, and the
         set's fingerprint, so a candidate that writes into the harness's copies is seen (`tampered`)."""
         data = self[k]
-        dict(data.reference)
+        if isinstance(data.reference, LazyReference):
+            data.reference.computed()
         self._sealed[k] = (fingerprint(data), None)
 
     def confirm(self, k: int) -> None:
@@ -192,7 +209,6 @@ class FreshSets(Sequence[TaskData]):
         if isinstance(k, slice):
             raise TypeError("a pool of fresh sets is not sliced")
         if self._last is None or self._last[0] != k:
-            raw = make_inputs(self.task, self.sizes, (self.base + 7919 * k) % (1 << 62), self.device)
-            inputs = {t.name: raw[t.name].to(TORCH_DTYPES[t.dtype]).contiguous() for t in self.task.inputs}
-            self._last = (k, TaskData(inputs, LazyReference(self.task, raw)))
+            seed = (self.base + 7919 * k) % (1 << 62)
+            self._last = (k, draw(self.task, self.sizes, seed, self.device, lazy=True, fast=True))
         return self._last[1]

@@ -128,7 +128,8 @@ def time_interleaved(stream: torch.cuda.Stream, flush: torch.Tensor, sets: list[
             return max(cost, warm[2].elapsed_time(warm[3]) / 1e3) if with_baseline else cost
 
         # Warm-up: one round to learn the cost, then enough rounds for `warmup` and a jittered `warmup_s`
-        # of GPU time, enqueued back to back (no host gaps) so clocks reach their working state.
+        # (a round costing the larger of its GPU time and its wall time: `warmup_rounds`), enqueued back to
+        # back (no host gaps) so clocks reach their working state.
         began = time.perf_counter()
         round_(rng.randrange(len(sets)), "warmup", 0, rng.random() < config.check_fraction, tuple(warm))
         synchronize()
