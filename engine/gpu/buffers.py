@@ -62,6 +62,11 @@ def canary(device: torch.device) -> torch.Tensor:
     return _patterns[key]
 
 
+def canary_word() -> int:
+    """The guard pattern as one little-endian 32-bit word: byte j of a guard is `word >> 8·(j mod 4)`."""
+    return int.from_bytes(_CANARY_WORD, "little")
+
+
 def bits_view(t: torch.Tensor) -> torch.Tensor:
     """The same memory as integers of the element's width (flattened)."""
     return t.reshape(-1).view(_BITS_DTYPE[t.element_size()])

@@ -80,9 +80,6 @@ def _canary_values(buf: GuardedBuffer) -> list[torch.Tensor]:
 
 def _output_values(buf: GuardedBuffer, ref: torch.Tensor, metric: str,
                    bound: ElementBound | None) -> list[torch.Tensor]:
-    if fused.ENABLED and fused.can_summarize(buf.tensor, ref):
-        return fused.output_values(buf.tensor, ref, poison_value(buf.dtype), metric,
-                                   bound.atol if bound else None, bound.rtol if bound else None)
     bits = bits_view(buf.tensor)
     unwritten = bits == poison_value(buf.dtype)
     work = torch.float64 if buf.tensor.element_size() >= 4 else torch.float32
@@ -122,6 +119,10 @@ def _output_values(buf: GuardedBuffer, ref: torch.Tensor, metric: str,
 def summarize(arena: Arena, pristine: dict[str, torch.Tensor], reference: dict[str, torch.Tensor], metric: str,
               bounds: dict[str, ElementBound | None] | None = None) -> torch.Tensor:
     """Every number `decode` needs, as one float64 tensor on the arena's device; enqueued, not waited for."""
+    if fused.ENABLED:
+        made = fused.summary(arena, pristine, reference, metric, bounds or {})
+        if made is not None:
+            return made
     values: list[torch.Tensor] = []
     for buf in arena.buffers.values():
         values += _canary_values(buf)

@@ -42,7 +42,7 @@ def _both(arena, pristine, ref, metric, bounds, monkeypatch):
 def _compare(one, other, outputs):
     per = len(_OUTPUT_FIELDS)
     head = len(one) - per * outputs
-    assert one[:head] == other[:head]                   # canaries and inputs: the same PyTorch code
+    assert one[:head] == other[:head]                   # canaries and inputs
     for k in range(outputs):
         a = dict(zip(_OUTPUT_FIELDS, one[head + k * per: head + (k + 1) * per]))
         b = dict(zip(_OUTPUT_FIELDS, other[head + k * per: head + (k + 1) * per]))
@@ -69,7 +69,7 @@ def _arena(out_dtype: str, n: int, ref: torch.Tensor, out: torch.Tensor):
     return arena, pristine, {"Y": ref}
 
 
-CASES = ["clean", "poison", "nan_inf", "violations", "ref_not_finite", "zeros"]
+CASES = ["clean", "poison", "nan_inf", "violations", "ref_not_finite", "zeros", "guards", "input_changed"]
 
 
 @pytest.mark.parametrize("out_dtype,ref_dtype", [("bf16", torch.float64), ("bf16", torch.float32),
@@ -105,6 +105,16 @@ def test_fused_summary_matches_the_pytorch_form(out_dtype, ref_dtype, case, metr
     elif case == "zeros":
         out.zero_()
     arena, pristine, refs = _arena(out_dtype, n, ref, out)
+    if case == "guards":                                # bytes written before and past the data of each buffer
+        from ptxbench.engine.gpu.buffers import GUARD_BYTES
+
+        for buf in arena.buffers.values():
+            buf.raw[GUARD_BYTES - 3] ^= 0xFF
+            buf.raw[100] ^= 0x01
+            buf.raw[GUARD_BYTES + buf.nbytes + 7] ^= 0x10
+            buf.raw[-1] ^= 0x01
+    elif case == "input_changed":
+        arena.buffers["X"].tensor[[3, 1_000_003, n - 1]] = 1.5
     bounds = {"Y": Tolerance("rel_l2", 1e-2).element_for("Y", out_dtype)}
     one, other = _both(arena, pristine, refs, metric, bounds, monkeypatch)
     _compare(one, other, 1)
