@@ -41,6 +41,7 @@ OUTPUT_SLOTS = 12                   # an output's workspace: ten u64 counts and 
 INPUT_SLOTS = 2
 
 SOURCE = r"""
+// Kernels that are not templates are extern "C": CuPy finds them by their plain names.
 // Workspace conventions: zero-initialised; a first index i is kept as n - i under a maximum (0: none),
 // so one memset prepares every slot.
 typedef unsigned long long u64;
@@ -78,7 +79,7 @@ template <typename B> __global__ void fingerprint(const B* x, long long n, u64* 
 
 // Both guards of one buffer, in one block: bytes that differ from the pattern, the last such byte of the
 // guard before the data (-1: none) and the first of the guard after it (guard: none).
-__global__ void canaries(const unsigned char* raw, long long data_bytes, long long guard, long long word_,
+extern "C" __global__ void canaries(const unsigned char* raw, long long data_bytes, long long guard, long long word_,
                          double* out) {
     __shared__ long long s[4][256];
     const unsigned int word = (unsigned int)word_;
@@ -110,7 +111,7 @@ template <typename B> __global__ void differ(const B* a, const B* b, long long n
     count = warp_sum(count); first = warp_max(first);
     if ((threadIdx.x & 31) == 0 && count) { atomicAdd(u, count); atomicMax(u + 1, first); }
 }
-__global__ void differ_values(const u64* u, long long n, double* out) {
+extern "C" __global__ void differ_values(const u64* u, long long n, double* out) {
     out[0] = (double)u[0]; out[1] = first_of(u[1], n);
 }
 
