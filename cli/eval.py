@@ -128,7 +128,7 @@ def eval_command(
     from ptxbench.db.store import StoreError, open_store
     from ptxbench.services.batch import run_batch, select_samples
     from ptxbench.services.errors import UsageError
-    from ptxbench.services.parallel import make_backend, run_parallel_batch
+    from ptxbench.services.parallel import batch_archs, make_backend, run_parallel_batch
 
     if not (sample or task or all_unjudged):
         raise fail("eval", "say what to judge: --sample ID, --task ID or --all-unjudged")
@@ -145,8 +145,8 @@ def eval_command(
         raise fail("eval", str(exc)) from None
     ids = select_samples(store, sample, task, all_unjudged, static)
     try:
-        backend = make_backend(store, ids, gpus=gpus, workers_per_gpu=workers_per_gpu, cluster=cluster,
-                               static_only=static)
+        archs = batch_archs(store, ids) if gpus is not None else set()  # which GPUs `--gpus all` takes
+        backend = make_backend(archs, gpus=gpus, workers_per_gpu=workers_per_gpu, cluster=cluster, static_only=static)
     except UsageError as exc:
         store.conn.close()
         raise fail("eval", str(exc)) from None

@@ -315,16 +315,18 @@ class _Batch:
 
 
 def make_backend(
-    store: sqlite_utils.Database,
-    ids: list[int],
+    archs: set[str],
     *,
     gpus: str | None = None,
     workers_per_gpu: int = 1,
     cluster: str | None = None,
     static_only: bool = False,
+    without_gpu: str = "a --static batch",
 ) -> Backend | None:
-    """What `--gpus` / `--workers-per-gpu` / `--cluster` ask for: a pool, a Dask backend, or None for the
-    one-worker batch (services/batch.py). UsageError says what is wrong with the options."""
+    """What `--gpus` / `--workers-per-gpu` / `--cluster` ask for, for work on tasks of `archs` (which GPUs
+    `--gpus all` takes): a pool, a Dask backend, or None for one worker. `without_gpu` names the option that
+    turned the GPU stages off, for the refusal of `--gpus` then. UsageError says what is wrong with the options.
+    `ptxbench eval` and `ptxbench run` both build their backend here."""
     from ptxbench.services.errors import UsageError
 
     if workers_per_gpu < 1:
@@ -334,19 +336,18 @@ def make_backend(
             raise UsageError(
                 "--cluster: the cluster's workers declare their GPUs; leave out --gpus and --workers-per-gpu"
             )
-        from ptxbench.services.cluster import DaskBackend, parse_address
+        from ptxbench.services.cluster import DaskBackend
 
-        parse_address(cluster)  # a UsageError before any connection is tried
-        return DaskBackend(cluster)
+        return DaskBackend(cluster)  # parses the address: a UsageError before any connection is tried
     if gpus is None:
         if workers_per_gpu != 1:
             raise UsageError("--workers-per-gpu needs --gpus (which GPUs to put the workers on)")
         return None
     if static_only:
-        raise UsageError("--gpus: a --static batch needs no GPU (use --cluster local:N to spread it over processes)")
+        raise UsageError(f"--gpus: {without_gpu} needs no GPU (use --cluster local:N to spread it over processes)")
     from ptxbench.services.gpuset import choose, visible_gpus
     from ptxbench.services.pool import GpuPool, slot_specs
 
-    chosen = choose(gpus, visible_gpus(), batch_archs(store, ids) or None)
+    chosen = choose(gpus, visible_gpus(), archs or None)
     per_gpu = [g for g in chosen for _ in range(workers_per_gpu)]
     return GpuPool(slot_specs(per_gpu))
