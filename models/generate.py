@@ -7,6 +7,11 @@ the event loop keeps the other requests moving), store the evaluation, and, if
 the verdict leaves something to fix, build the next user message from it
 (models/refine.py). Turn t+1 is a sample whose parent is turn t.
 
+Judging is on this process's own worker unless a `TurnJudge` is handed in (the service layer
+makes one for `--gpus` and `--cluster`: services/turn_judging.py). Either way the rows are
+written here, on the loop's thread, and a trajectory waits for its turn's row before it asks
+again: the turns of one trajectory stay in order, different trajectories are judged at once.
+
 Resumable: a run is found again by its model and name (the name defaults to
 model · context · prompt version · temperature · max tokens), and every
 (task, sample_index, turn) slot already stored is reused: a stored, judged
@@ -22,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -34,6 +39,7 @@ from ptxbench.db.queries import find_sample, latest_evaluation, measurements_for
 from ptxbench.db.records import Evaluation, Model, Run, Sample
 from ptxbench.db.store import write_transaction
 from ptxbench.db.writes import CONTEXT_LEVELS, add_evaluation, add_sample, create_run, finish_run, get_or_create_model
+from ptxbench.engine.extract import ExtractResult
 from ptxbench.models.client import ChatClient, ChatResult, ClientConfig, EndpointError
 from ptxbench.models.judging import JudgeFailed, fill_candidate, judge_sample
 from ptxbench.models.refine import assistant_text, conversation, feedback_message, is_final
@@ -41,6 +47,9 @@ from ptxbench.tasks.prompts import PROMPT_VERSION, Prompt, build_prompt
 from ptxbench.tasks.spec import TaskSpec, get_task
 
 Progress = Callable[[dict[str, Any]], None]
+# A turn judged elsewhere (a pool of GPU workers, a cluster): the judgement and the evidence to store beside it
+# (which worker made it); raises JudgeFailed when the tool failed, so the turn stays unjudged for a resume.
+TurnJudge = Callable[[ExtractResult, TaskSpec, Sample], Awaitable[tuple[Any, dict[str, Any]]]]
 EVALUATION_SOURCE = "ptxbench run"
 
 
@@ -130,11 +139,12 @@ class ModelRun:
     """One invocation of a run over the store `db` (its connection stays on the loop's thread)."""
 
     def __init__(self, db: sqlite_utils.Database, config: RunConfig, *, progress: Progress | None = None,
-                 client: ChatClient | None = None) -> None:
+                 client: ChatClient | None = None, judge: TurnJudge | None = None) -> None:
         self.db = db
         self.config = config
         self.progress = progress or (lambda event: None)
         self.client = client
+        self.judge_elsewhere = judge
         self.specs: dict[str, TaskSpec] = {t: get_task(t) for t in config.tasks}
         self.prompts: dict[str, Prompt] = {t: build_prompt(s, config.context) for t, s in self.specs.items()}
         workers = config.judge_workers or (1 if config.gpu else 2)
@@ -263,10 +273,15 @@ class ModelRun:
     async def _judge(self, spec: TaskSpec, sample: Sample, meta: dict[str, Any] | None) -> Evaluation:
         assert self.report is not None
         extracted = fill_candidate(self.db, sample)
-        async with self._judge_slots:
-            result = await asyncio.to_thread(judge_sample, extracted, spec, gpu=self.config.gpu)
-        extra = {"response": meta} if meta else None
-        evaluation = add_judgement(self.db, result, sample.id, EVALUATION_SOURCE, extra)  # type: ignore[arg-type]
+        extra: dict[str, Any] = {}
+        if self.judge_elsewhere is not None:
+            result, extra = await self.judge_elsewhere(extracted, spec, sample)
+        else:
+            async with self._judge_slots:
+                result = await asyncio.to_thread(judge_sample, extracted, spec, gpu=self.config.gpu)
+        if meta:
+            extra = {**extra, "response": meta}
+        evaluation = add_judgement(self.db, result, sample.id, EVALUATION_SOURCE, extra or None)  # type: ignore[arg-type]
         self.report.judged += 1
         return evaluation
 
@@ -312,10 +327,11 @@ def _was_malformed(evaluation: Evaluation | None) -> bool:
 
 
 def run_model(db: sqlite_utils.Database, config: RunConfig, *, progress: Progress | None = None,
-              client: ChatClient | None = None) -> RunReport:
-    """Run (or resume) a model run to completion; the store keeps everything as it goes."""
+              client: ChatClient | None = None, judge: TurnJudge | None = None) -> RunReport:
+    """Run (or resume) a model run to completion; the store keeps everything as it goes. `judge` judges the
+    turns elsewhere (a pool or a cluster) instead of on this process's own worker."""
     async def main() -> RunReport:
-        runner = ModelRun(db, config, progress=progress, client=client)
+        runner = ModelRun(db, config, progress=progress, client=client, judge=judge)
         runner.open_run()
         return await runner.execute()
 
