@@ -3,7 +3,9 @@
 The batch itself is services/batch.py: rows committed one by one, so a batch that is killed
 loses nothing it finished, and running the same command again resumes (with `--all-unjudged`
 a sample that already has a GPU judgement, or with `--static` any evaluation, is skipped).
-SIGTERM and SIGINT end the batch after the current sample.
+SIGTERM and SIGINT end the batch after the current sample. On many workers they withdraw the
+samples no worker has begun and wait for the running ones to write their rows (each at most its
+deadline; a second SIGINT leaves them for a resume too), saying what was kept and what is left.
 
 `--gpus all|N|0,2,5` spreads the batch over a pool of GPU workers on this host (services/pool.py),
 `--workers-per-gpu 2` puts two on each (their timing flagged as shared, never a clean speedup),
