@@ -59,8 +59,8 @@ def run_command(
     --agent, let it work with the judge's tools until it submits)."""
     from rich.console import Console
 
-    from ptxbench.db.store import StoreError
     from ptxbench.services import runs
+    from ptxbench.services.batch import SignalStop
 
     if agent:
         from ptxbench.cli.agent_run import run_agent_command
@@ -90,32 +90,43 @@ def run_command(
             concurrency=concurrency, timeout_s=timeout, retries=retries, backoff_s=backoff)
         db = runs.open_store(db_path)
     show = _json_event if as_json else _printer(err)
+    stop = SignalStop()  # SIGINT/SIGTERM: no more requests; running judgements write their rows
     with reported("run"):
         judge = runs.parallel_judge(configs, gpus=gpus, workers_per_gpu=workers_per_gpu, cluster=cluster,
-                                    progress=show)
+                                    progress=show, stop=stop)
     status = ExitCode.OK
     try:
-        for config in configs:
-            try:
-                report = runs.run(db, config, progress=show, judge=judge)
-            except runs.RunMismatch as exc:
-                raise fail("run", str(exc)) from None
-            except runs.EndpointError as exc:
-                raise fail("run", f"the endpoint refused the run: {exc}", ExitCode.REFUSED) from None
-            except StoreError as exc:
-                raise fail("run", f"store error: {exc}", ExitCode.TOOL) from None
-            if not as_json:
-                _summary(out, report, config.context)
-            if report.aborted:
-                say_error("run", f"the endpoint refused the run: {report.aborted}")
-                status = max(status, ExitCode.REFUSED)
-            elif not report.finished:
-                status = max(status, ExitCode.UNFINISHED)
+        with stop:
+            for config in configs:
+                if stop.requested:
+                    status = max(status, ExitCode.UNFINISHED)
+                    break
+                status = max(status, _one_run(db, config, show, out, judge, stop, as_json))
     finally:
         if judge is not None:
             judge.close()
     if status:
         raise typer.Exit(status)
+
+
+def _one_run(db: Any, config: Any, show: Any, out: Any, judge: Any, stop: Any, as_json: bool) -> ExitCode:
+    from ptxbench.db.store import StoreError
+    from ptxbench.services import runs
+
+    try:
+        report = runs.run(db, config, progress=show, judge=judge, stop=stop)
+    except runs.RunMismatch as exc:
+        raise fail("run", str(exc)) from None
+    except runs.EndpointError as exc:
+        raise fail("run", f"the endpoint refused the run: {exc}", ExitCode.REFUSED) from None
+    except StoreError as exc:
+        raise fail("run", f"store error: {exc}", ExitCode.TOOL) from None
+    if not as_json:
+        _summary(out, report, config.context)
+    if report.aborted:
+        say_error("run", f"the endpoint refused the run: {report.aborted}")
+        return ExitCode.REFUSED
+    return ExitCode.OK if report.finished else ExitCode.UNFINISHED
 
 
 def _json_event(event: dict[str, Any]) -> None:
@@ -163,6 +174,9 @@ def _summary(console: Any, report: Any, level: str) -> None:
         table.add_row(category, str(n))
     console.print(table)
     state = "finished" if report.finished else "unfinished: run the same command again to resume"
+    if report.stopped:
+        state = (f"stopped ({report.dropped} request(s) dropped, {report.unjudged} stored turn(s) left unjudged): "
+                 "run the same command again to resume")
     console.print(f"{report.requests} replies, {report.stored} samples stored, {report.judged} judged, "
                   f"{report.already_done} already in the store; tokens in/out {report.tokens_in}/{report.tokens_out}; "
                   f"{state}", markup=False, soft_wrap=True)

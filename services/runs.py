@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import sqlite_utils
 
 from ptxbench.models.client import EndpointError
-from ptxbench.models.generate import Progress, RunConfig, RunMismatch, RunReport, run_model
+from ptxbench.models.generate import Progress, RunConfig, RunMismatch, RunReport, RunStop, run_model
 from ptxbench.models.importer import ImportFileError, ImportReport, import_file
 from ptxbench.services.catalogue import CONTEXT_LEVELS, tasks_for
 from ptxbench.services.errors import UsageError
@@ -32,6 +32,7 @@ __all__ = [
     "ImportFileError",
     "RunMismatch",
     "RunReport",
+    "RunStop",
     "ImportReport",
     "Progress",
     "open_store",
@@ -114,10 +115,12 @@ def parallel_judge(
     workers_per_gpu: int = 1,
     cluster: str | None = None,
     progress: Progress | None = None,
+    stop: RunStop | None = None,
 ) -> ParallelJudge | None:
     """What `--gpus` / `--workers-per-gpu` / `--cluster` ask of the runs `configs`: a judge on a pool or a
     cluster, its workers started, or None (judging on this process's own worker). UsageError for options
-    that do not fit, ToolError when no worker could be had. The caller closes it after the last run."""
+    that do not fit, ToolError when no worker could be had. The caller closes it after the last run; `stop` is
+    the one the runs are given (the judge withdraws and waits for its jobs by it)."""
     from ptxbench.services.parallel import make_backend
     from ptxbench.services.turn_judging import ParallelJudge
     from ptxbench.tasks.spec import get_task
@@ -134,7 +137,7 @@ def parallel_judge(
     )
     if backend is None:
         return None
-    judge = ParallelJudge(backend, gpu=gpu, progress=progress)
+    judge = ParallelJudge(backend, gpu=gpu, progress=progress, stop=stop)
     judge.start(archs)
     return judge
 
@@ -145,11 +148,12 @@ def run(
     progress: Progress | None = None,
     *,
     judge: ParallelJudge | None = None,
+    stop: RunStop | None = None,
 ) -> RunReport:
-    """One run: ask, store, judge, feed back; on `judge`'s workers when given (`parallel_judge`). Raises
-    RunMismatch (a resumed run made with other prompts), EndpointError (the endpoint refused the run),
-    StoreError."""
-    return run_model(db, config, progress=progress, judge=judge)
+    """One run: ask, store, judge, feed back; on `judge`'s workers when given (`parallel_judge`), until `stop`
+    (services/batch.SignalStop: SIGINT/SIGTERM). Raises RunMismatch (a resumed run made with other prompts),
+    EndpointError (the endpoint refused the run), StoreError."""
+    return run_model(db, config, progress=progress, judge=judge, stop=stop)
 
 
 def import_responses(

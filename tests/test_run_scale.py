@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -230,3 +231,110 @@ def test_run_refuses_options_that_do_not_fit(tmp_path: Path, args: list[str], sa
     )
     assert result.exit_code == 2, result.output
     assert says in " ".join(result.output.split()), result.output
+
+
+# -- a stop ------------------------------------------------------------------------------------------------
+
+
+def test_a_stop_keeps_the_running_judgements_and_a_resume_judges_the_rest(tmp_path: Path, stub: Path) -> None:
+    from ptxbench.services.batch import StopFlag
+
+    db = _store(tmp_path / "store.sqlite")
+    recording = {"replies": {"*": {"*": [{"content": expert_reply("vector_add_smoke")}]}}}
+    # gpu0 judges in a fraction of a second, gpu1 in seconds: the stop comes at a row of gpu0's while gpu1 is busy.
+    pool = GpuPool([_slot(stub, "gpu0", "GPU-x", STUB_SLEEP="0.3"), _slot(stub, "gpu1", "GPU-y", STUB_SLEEP="2")])
+    stop = StopFlag()
+    events: list[dict] = []
+
+    def progress(event: dict) -> None:
+        events.append(event)
+        if event["event"] == "turn" and pool.slots[1].busy_since is not None:
+            stop.set()
+
+    with LoopbackLLM(recording, tmp_path) as server:
+        config = RunConfig(
+            model="loopback", base_url=server.base_url, tasks=("vector_add_smoke",), samples=6, gpu=True, **FAST
+        )
+        judge = ParallelJudge(pool, gpu=True, progress=progress, stop=stop)
+        judge.start({"sm_90a"})
+        try:
+            first = runs.run(db, config, progress=progress, judge=judge, stop=stop)
+        finally:
+            judge.close()
+        assert first.stopped and not first.finished and first.stored == 6 and first.unjudged >= 1
+        rows = {s.id: evaluations_for(db, s.id) for s in run_samples(db, first.run_id)}
+        judged = [sid for sid, r in rows.items() if r]
+        assert len(judged) == first.judged == 6 - first.unjudged and all(len(rows[sid]) == 1 for sid in judged)
+        assert "gpu1" in {rows[sid][0].evidence["worker"]["name"] for sid in judged}  # running at the stop: kept
+        logs = [e["message"] for e in events if e["event"] == "log"]
+        assert any(m.startswith("stopping:") for m in logs)
+        assert any(m.startswith("stopped:") and f"{first.unjudged} stored turn(s) left unjudged" in m for m in logs)
+        # The same run again judges what the stop left, asks nothing, and judges nothing twice.
+        judge = ParallelJudge(GpuPool([_slot(stub, "gpu0", "GPU-x")]), gpu=True)
+        judge.start({"sm_90a"})
+        try:
+            second = runs.run(db, config, judge=judge)
+        finally:
+            judge.close()
+    assert second.finished and second.requests == 0 and second.judged == first.unjudged
+    assert all(len(evaluations_for(db, s.id)) == 1 for s in run_samples(db, first.run_id))
+
+
+def test_sigint_stops_a_run_drops_the_requests_in_flight_and_a_resume_asks_them_again(tmp_path: Path) -> None:
+    path = tmp_path / "store.sqlite"
+    slow_after_the_first = {
+        "replies": {
+            "*": {
+                "*": [
+                    {"content": expert_reply("vector_add_smoke")},
+                    {"content": expert_reply("vector_add_smoke"), "delay_s": 15},
+                ]
+            }
+        }
+    }
+    env = {**os.environ, "PTXBENCH_CACHE": str(tmp_path / "cache")}
+    with LoopbackLLM(slow_after_the_first, tmp_path / "slow") as server:
+        args = [
+            "--model",
+            "loopback",
+            "--base-url",
+            server.base_url,
+            "--tasks",
+            "vector_add_smoke",
+            "--samples",
+            "3",
+            "--gpu",
+            "off",
+            "--db",
+            str(path),
+            "--backoff",
+            "0.01",
+        ]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ptxbench.cli.main", "run", *args, "--json"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        assert proc.stdout is not None
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if '"event": "turn"' in line:
+                proc.send_signal(signal.SIGINT)
+                break
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 3, err[-3000:]
+    events = [json.loads(line) for line in "".join(lines + [out]).splitlines() if line.strip()]
+    done = next(e for e in events if e["event"] == "done")
+    assert done["stopped"] and done["dropped"] == 2 and done["stored"] == done["judged"] == 1
+    assert any(e["event"] == "log" and e["message"].startswith("stopped:") for e in events)
+    with LoopbackLLM({"replies": {"*": {"*": [{"content": expert_reply("vector_add_smoke")}]}}}, tmp_path) as server:
+        again = _run_cli(*args[:3], server.base_url, *args[4:], env=env)
+        asked = len(server.requests())
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert asked == 2  # only the two requests the stop dropped
+    db = _store(path)
+    assert _verdicts(db, done["run_id"]) == {("vector_add_smoke", i, 1): "ok" for i in range(3)}
+    db.conn.close()
