@@ -201,7 +201,11 @@ class _Slot:
             )
 
         outcome = judge_request(
-            req, _Closing(runner, self.pool) if runner is not None else None, self.name, note, gpu_key=self.spec.key
+            req,
+            _RunnerUntilClose(runner, self.pool) if runner is not None else None,
+            self.name,
+            note,
+            gpu_key=self.spec.key,
         )
         self.jobs += 1
         outcome.extra["workers_on_gpu"] = self.pool._workers_on(self.spec.key)
@@ -251,7 +255,7 @@ class _Slot:
             self.pool._wake()
 
 
-class _Closing:
+class _RunnerUntilClose:
     """A slot's Runner as the pipeline sees it: no job once the pool is closing. After a crash the pipeline starts
     a fresh worker for the sizes left; a worker that close ended under an abandoned job must not get one."""
 
@@ -363,7 +367,7 @@ class GpuPool:
 
     def _end_running_workers(self) -> None:
         """After `abandon`: kill the workers still in a job (their process group, as the Runner kills one), so that
-        close does not wait their jobs out; their slots see the worker die, and start no other (`_Closing`)."""
+        close does not wait their jobs out; their slots see the worker die, and start no other (`_RunnerUntilClose`)."""
         for slot in self.slots:
             pid = slot.runner.worker_pid
             if slot.busy_since is None or pid is None or slot.spec.runner is not None:

@@ -87,6 +87,11 @@ class ParallelJudge:
                 static = await asyncio.get_running_loop().run_in_executor(self._statics, judge_static, extracted, spec)
             except Exception as exc:  # ptxas missing, a tool crash: the tool failed, not the candidate
                 raise JudgeFailed(f"{type(exc).__name__}: {exc}") from None
+        # As many jobs out as the batch keeps (a few queued per worker): the rest wait here, where a stop costs nothing.
+        while len(self._inflight) >= self.backend.capacity():
+            if self.stop is not None and self.stop.requested:
+                break
+            await asyncio.sleep(POLL_S)
         if self.stop is not None and self.stop.requested:
             raise JudgeWithdrawn("a stop came before its job was sent")
         req = JudgeRequest(
