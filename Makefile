@@ -24,7 +24,7 @@ test: setup
 PACKAGES := engine:engine tasks:tasks db:db fixit:fixit models:models services:services cli:cli tui:ptxbench_tui themes:themes
 FORMATTED := $(filter-out services/fixit_models.py,$(wildcard services/*.py)) cli/conventions.py engine/arch.py tasks/dtypes.py \
 	ptxbench_tui/host.py tests/test_services.py tests/test_contracts.py tests/test_pool.py tests/test_cluster.py \
-	tests/test_scale_bench.py benchmarks/scale_gpu.py
+	tests/test_scale_bench.py tests/test_run_scale.py benchmarks/scale_gpu.py
 
 lint-tree:
 	@mkdir -p .lint/ptxbench

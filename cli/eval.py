@@ -3,7 +3,9 @@
 The batch itself is services/batch.py: rows committed one by one, so a batch that is killed
 loses nothing it finished, and running the same command again resumes (with `--all-unjudged`
 a sample that already has a GPU judgement, or with `--static` any evaluation, is skipped).
-SIGTERM and SIGINT end the batch after the current sample.
+SIGTERM and SIGINT end the batch after the current sample. On many workers they withdraw the
+samples no worker has begun and wait for the running ones to write their rows (each at most its
+deadline; a second SIGINT leaves them for a resume too), saying what was kept and what is left.
 
 `--gpus all|N|0,2,5` spreads the batch over a pool of GPU workers on this host (services/pool.py),
 `--workers-per-gpu 2` puts two on each (their timing flagged as shared, never a clean speedup),
@@ -128,7 +130,7 @@ def eval_command(
     from ptxbench.db.store import StoreError, open_store
     from ptxbench.services.batch import run_batch, select_samples
     from ptxbench.services.errors import UsageError
-    from ptxbench.services.parallel import make_backend, run_parallel_batch
+    from ptxbench.services.parallel import batch_archs, make_backend, run_parallel_batch
 
     if not (sample or task or all_unjudged):
         raise fail("eval", "say what to judge: --sample ID, --task ID or --all-unjudged")
@@ -145,8 +147,8 @@ def eval_command(
         raise fail("eval", str(exc)) from None
     ids = select_samples(store, sample, task, all_unjudged, static)
     try:
-        backend = make_backend(store, ids, gpus=gpus, workers_per_gpu=workers_per_gpu, cluster=cluster,
-                               static_only=static)
+        archs = batch_archs(store, ids) if gpus is not None else set()  # which GPUs `--gpus all` takes
+        backend = make_backend(archs, gpus=gpus, workers_per_gpu=workers_per_gpu, cluster=cluster, static_only=static)
     except UsageError as exc:
         store.conn.close()
         raise fail("eval", str(exc)) from None

@@ -3,6 +3,11 @@
 Running the same command again resumes the run: turns already stored are not
 asked again. Several context levels (`--context brief,full`) make one run each.
 
+`--gpus all|N|0,2,5` (with `--workers-per-gpu`) judges the turns on a pool of GPU workers here,
+`--cluster tcp://host:8786` (or `local[:N]`) on a Dask cluster, as `ptxbench eval` does
+(docs/scale.md); the rows are written by this process alone either way. Different trajectories
+are judged at once; the turns of one trajectory stay in order. Neither applies to `--agent`.
+
 Exit status: 0 when every trajectory finished; 3 when some requests or
 judgements failed (what was stored stays; run the command again to resume);
 4 when the endpoint refused the run (bad key, unknown model); 2 for a usage
@@ -46,16 +51,24 @@ def run_command(
     max_episode_tokens: Annotated[Optional[int], typer.Option("--max-episode-tokens", min=1, help="with --agent: prompt + completion tokens per episode (as the endpoint reports them)")] = None,
     max_episode_seconds: Annotated[float, typer.Option("--max-episode-seconds", min=1, help="with --agent: wall time per episode")] = 1800.0,
     max_episode_gpu_seconds: Annotated[float, typer.Option("--max-episode-gpu-seconds", min=0, help="with --agent: GPU time the check and time tools may spend per episode")] = 600.0,
+    gpus: Annotated[Optional[str], typer.Option("--gpus", help="judge on a pool of GPU workers: all, a count, or indices such as 0,2,5")] = None,
+    workers_per_gpu: Annotated[int, typer.Option("--workers-per-gpu", help="workers on each GPU of --gpus (2 or more: timing flagged as shared)")] = 1,
+    cluster: Annotated[Optional[str], typer.Option("--cluster", help="judge on a Dask scheduler's workers (tcp://host:8786) or local[:N]; needs ptxbench[cluster]")] = None,
 ) -> None:
     """Ask a model for kernels, judge each answer, feed the verdict back for up to --turns turns (or, with
     --agent, let it work with the judge's tools until it submits)."""
     from rich.console import Console
 
-    from ptxbench.db.store import StoreError
     from ptxbench.services import runs
+    from ptxbench.services.batch import SignalStop
 
     if agent:
         from ptxbench.cli.agent_run import run_agent_command
+
+        if gpus is not None or cluster is not None or workers_per_gpu != 1:
+            # An episode's tools judge each call while the model waits for the answer, on this host's worker.
+            raise fail("run", "--gpus, --workers-per-gpu and --cluster do not apply to --agent: its tools judge "
+                              "each call on this host's GPU worker while the episode waits; leave them out")
 
         run_agent_command(
             model=model, base_url=base_url, tasks=tasks, arch=arch, context=context, gpu=gpu, api_key_env=api_key_env,
@@ -76,26 +89,44 @@ def run_command(
             run_name=run_name, samples=samples, turns=turns, temperature=temperature, max_tokens=max_tokens,
             concurrency=concurrency, timeout_s=timeout, retries=retries, backoff_s=backoff)
         db = runs.open_store(db_path)
+    show = _json_event if as_json else _printer(err)
+    stop = SignalStop()  # SIGINT/SIGTERM: no more requests; running judgements write their rows
+    with reported("run"):
+        judge = runs.parallel_judge(configs, gpus=gpus, workers_per_gpu=workers_per_gpu, cluster=cluster,
+                                    progress=show, stop=stop)
     status = ExitCode.OK
-    for config in configs:
-        show = _json_event if as_json else _printer(err)
-        try:
-            report = runs.run(db, config, progress=show)
-        except runs.RunMismatch as exc:
-            raise fail("run", str(exc)) from None
-        except runs.EndpointError as exc:
-            raise fail("run", f"the endpoint refused the run: {exc}", ExitCode.REFUSED) from None
-        except StoreError as exc:
-            raise fail("run", f"store error: {exc}", ExitCode.TOOL) from None
-        if not as_json:
-            _summary(out, report, config.context)
-        if report.aborted:
-            say_error("run", f"the endpoint refused the run: {report.aborted}")
-            status = max(status, ExitCode.REFUSED)
-        elif not report.finished:
-            status = max(status, ExitCode.UNFINISHED)
+    try:
+        with stop:
+            for config in configs:
+                if stop.requested:
+                    status = max(status, ExitCode.UNFINISHED)
+                    break
+                status = max(status, _one_run(db, config, show, out, judge, stop, as_json))
+    finally:
+        if judge is not None:
+            judge.close()
     if status:
         raise typer.Exit(status)
+
+
+def _one_run(db: Any, config: Any, show: Any, out: Any, judge: Any, stop: Any, as_json: bool) -> ExitCode:
+    from ptxbench.db.store import StoreError
+    from ptxbench.services import runs
+
+    try:
+        report = runs.run(db, config, progress=show, judge=judge, stop=stop)
+    except runs.RunMismatch as exc:
+        raise fail("run", str(exc)) from None
+    except runs.EndpointError as exc:
+        raise fail("run", f"the endpoint refused the run: {exc}", ExitCode.REFUSED) from None
+    except StoreError as exc:
+        raise fail("run", f"store error: {exc}", ExitCode.TOOL) from None
+    if not as_json:
+        _summary(out, report, config.context)
+    if report.aborted:
+        say_error("run", f"the endpoint refused the run: {report.aborted}")
+        return ExitCode.REFUSED
+    return ExitCode.OK if report.finished else ExitCode.UNFINISHED
 
 
 def _json_event(event: dict[str, Any]) -> None:
@@ -120,6 +151,16 @@ def _printer(console: Any) -> Any:
         elif kind == "failure":
             console.print(f"  {event['task']} #{event['index']} turn {event['turn']}: {event['kind']} failed: "
                           f"{event['message']}", style="yellow", markup=False, soft_wrap=True)
+        elif kind == "worker":
+            shared = " (shared GPU: timing not clean)" if event.get("shared") else ""
+            what = event.get("message") or event.get("device") or ""
+            trouble = event["state"] in ("retired", "lost")
+            console.print(f"  worker {event['worker']} {event['state']}{': ' + what if what else ''}{shared}",
+                          style="yellow" if trouble else "dim", markup=False, soft_wrap=True)
+        elif kind == "log":
+            trouble = event["level"] in ("warning", "error")
+            console.print(f"{event['level']}: {event['message']}", style="yellow" if trouble else "", markup=False,
+                          soft_wrap=True)
     return show
 
 
@@ -133,6 +174,9 @@ def _summary(console: Any, report: Any, level: str) -> None:
         table.add_row(category, str(n))
     console.print(table)
     state = "finished" if report.finished else "unfinished: run the same command again to resume"
+    if report.stopped:
+        state = (f"stopped ({report.dropped} request(s) dropped, {report.unjudged} stored turn(s) left unjudged): "
+                 "run the same command again to resume")
     console.print(f"{report.requests} replies, {report.stored} samples stored, {report.judged} judged, "
                   f"{report.already_done} already in the store; tokens in/out {report.tokens_in}/{report.tokens_out}; "
                   f"{state}", markup=False, soft_wrap=True)

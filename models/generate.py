@@ -7,6 +7,11 @@ the event loop keeps the other requests moving), store the evaluation, and, if
 the verdict leaves something to fix, build the next user message from it
 (models/refine.py). Turn t+1 is a sample whose parent is turn t.
 
+Judging is on this process's own worker unless a `TurnJudge` is handed in (the service layer
+makes one for `--gpus` and `--cluster`: services/turn_judging.py). Either way the rows are
+written here, on the loop's thread, and a trajectory waits for its turn's row before it asks
+again: the turns of one trajectory stay in order, different trajectories are judged at once.
+
 Resumable: a run is found again by its model and name (the name defaults to
 model · context · prompt version · temperature · max tokens), and every
 (task, sample_index, turn) slot already stored is reused: a stored, judged
@@ -15,6 +20,10 @@ response; only missing turns go to the endpoint. Conversations are rebuilt
 from the store, so a resumed trajectory sends what the first attempt would
 have sent. A request that fails for good ends its trajectory and leaves the
 run unfinished; everything stored so far stays.
+
+A stop (`stop.requested`: SIGINT/SIGTERM in the CLI) sends no more requests (those in flight are
+dropped: nothing of them is stored) and begins no more judgements (a stored turn waiting for one
+is left unjudged); the judgements already running end and write their rows. Resuming does the rest.
 """
 
 from __future__ import annotations
@@ -22,9 +31,9 @@ from __future__ import annotations
 import asyncio
 import os
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import sqlite_utils
 
@@ -34,14 +43,31 @@ from ptxbench.db.queries import find_sample, latest_evaluation, measurements_for
 from ptxbench.db.records import Evaluation, Model, Run, Sample
 from ptxbench.db.store import write_transaction
 from ptxbench.db.writes import CONTEXT_LEVELS, add_evaluation, add_sample, create_run, finish_run, get_or_create_model
+from ptxbench.engine.extract import ExtractResult
 from ptxbench.models.client import ChatClient, ChatResult, ClientConfig, EndpointError
-from ptxbench.models.judging import JudgeFailed, fill_candidate, judge_sample
+from ptxbench.models.judging import JudgeFailed, JudgeWithdrawn, fill_candidate, judge_sample
 from ptxbench.models.refine import assistant_text, conversation, feedback_message, is_final
 from ptxbench.tasks.prompts import PROMPT_VERSION, Prompt, build_prompt
 from ptxbench.tasks.spec import TaskSpec, get_task
 
 Progress = Callable[[dict[str, Any]], None]
+# A turn judged elsewhere (a pool of GPU workers, a cluster): the judgement and the evidence to store beside it
+# (which worker made it); raises JudgeFailed when the tool failed, so the turn stays unjudged for a resume.
+TurnJudge = Callable[[ExtractResult, TaskSpec, Sample], Awaitable[tuple[Any, dict[str, Any]]]]
 EVALUATION_SOURCE = "ptxbench run"
+STOP_POLL_S = 0.2
+T = TypeVar("T")
+
+
+class RunStop(Protocol):
+    """What a run asks while it goes (services/batch.SignalStop, StopFlag): `requested` stops it; `abandoned`, a
+    second stop, is for a judge elsewhere, to stop waiting for its running jobs (services/turn_judging.py)."""
+
+    @property
+    def requested(self) -> bool: ...
+
+    @property
+    def abandoned(self) -> bool: ...
 
 
 class RunMismatch(ValueError):
@@ -111,6 +137,9 @@ class RunReport:
     tokens_out: int = 0
     finished: bool = False
     aborted: str | None = None       # the endpoint refused the run
+    stopped: bool = False            # a stop cut trajectories short (SIGINT/SIGTERM)
+    dropped: int = 0                 # requests in flight at the stop: nothing stored, asked again on resume
+    unjudged: int = 0                # stored turns the stop left without a verdict: judged on resume
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -130,11 +159,16 @@ class ModelRun:
     """One invocation of a run over the store `db` (its connection stays on the loop's thread)."""
 
     def __init__(self, db: sqlite_utils.Database, config: RunConfig, *, progress: Progress | None = None,
-                 client: ChatClient | None = None) -> None:
+                 client: ChatClient | None = None, judge: TurnJudge | None = None,
+                 stop: RunStop | None = None) -> None:
         self.db = db
         self.config = config
         self.progress = progress or (lambda event: None)
         self.client = client
+        self.judge_elsewhere = judge
+        self.stop = stop
+        self._stopped = asyncio.Event()
+        self._judged_at_stop = 0
         self.specs: dict[str, TaskSpec] = {t: get_task(t) for t in config.tasks}
         self.prompts: dict[str, Prompt] = {t: build_prompt(s, config.context) for t, s in self.specs.items()}
         workers = config.judge_workers or (1 if config.gpu else 2)
@@ -179,12 +213,13 @@ class ModelRun:
         client = self.client or ChatClient(self.config.client_config())
         self.progress({"event": "start", "run_id": report.run_id, "run_name": report.run_name,
                        "resumed": report.resumed, "trajectories": len(self.specs) * self.config.samples})
+        watcher = asyncio.create_task(self._watch_stop()) if self.stop is not None else None
         jobs = [asyncio.create_task(self._trajectory(client, task_id, index))
                 for task_id in self.config.tasks for index in range(self.config.samples)]
         try:
             results = await asyncio.gather(*jobs, return_exceptions=True)
         finally:
-            for job in jobs:
+            for job in [*jobs, *([watcher] if watcher else [])]:
                 job.cancel()
             if own_client:
                 await client.close()
@@ -193,7 +228,12 @@ class ModelRun:
                 report.aborted = str(result)
             elif isinstance(result, BaseException):
                 raise result
-        report.finished = not report.failures and report.aborted is None
+        if report.stopped:
+            self.progress({"event": "log", "level": "info", "message":
+                           f"stopped: {report.judged - self._judged_at_stop} judgement(s) running at the stop wrote "
+                           f"their rows; {report.unjudged} stored turn(s) left unjudged and {report.dropped} "
+                           "request(s) dropped, for a resume (run the same command again)"})
+        report.finished = not report.failures and report.aborted is None and not report.stopped
         if report.finished:
             finish_run(self.db, report.run_id)
         self.progress({"event": "done", **report.to_dict()})
@@ -209,7 +249,15 @@ class ModelRun:
             sample = find_sample(self.db, run_id=self.run.id, task_id=task_id, sample_index=index,  # type: ignore[arg-type]
                                  turn=turn)
             if sample is None:
-                result = await client.complete(conversation(prompt.messages(), history))
+                if self._stopped.is_set():
+                    self.report.stopped = True
+                    return
+                asked, result = await self._unless_stopped(client.complete(conversation(prompt.messages(), history)))
+                if not asked:
+                    self.report.stopped = True
+                    self.report.dropped += 1
+                    return
+                assert result is not None
                 if not result.answered:
                     self._fail(where, "request", result.error or "no reply")
                     return
@@ -221,7 +269,13 @@ class ModelRun:
                     self.report.already_done += 1
             if step.evaluation is None:
                 try:
+                    if self._stopped.is_set():
+                        raise JudgeWithdrawn("a stop came before its judgement began")
                     step.evaluation = await self._judge(spec, step.sample, step.meta)
+                except JudgeWithdrawn:
+                    self.report.stopped = True
+                    self.report.unjudged += 1
+                    return
                 except JudgeFailed as exc:
                     self._fail(where, "judge", str(exc))
                     return
@@ -263,12 +317,52 @@ class ModelRun:
     async def _judge(self, spec: TaskSpec, sample: Sample, meta: dict[str, Any] | None) -> Evaluation:
         assert self.report is not None
         extracted = fill_candidate(self.db, sample)
-        async with self._judge_slots:
-            result = await asyncio.to_thread(judge_sample, extracted, spec, gpu=self.config.gpu)
-        extra = {"response": meta} if meta else None
-        evaluation = add_judgement(self.db, result, sample.id, EVALUATION_SOURCE, extra)  # type: ignore[arg-type]
+        extra: dict[str, Any] = {}
+        if self.judge_elsewhere is not None:
+            result, extra = await self.judge_elsewhere(extracted, spec, sample)
+        else:
+            began, _ = await self._unless_stopped(self._judge_slots.acquire())
+            if not began:
+                raise JudgeWithdrawn("a stop came before its judgement began")
+            try:  # begun: a stop lets it end and write its row
+                result = await asyncio.to_thread(judge_sample, extracted, spec, gpu=self.config.gpu)
+            finally:
+                self._judge_slots.release()
+        if meta:
+            extra = {**extra, "response": meta}
+        evaluation = add_judgement(self.db, result, sample.id, EVALUATION_SOURCE, extra or None)  # type: ignore[arg-type]
         self.report.judged += 1
         return evaluation
+
+    async def _watch_stop(self) -> None:
+        assert self.stop is not None and self.report is not None
+        while not self.stop.requested:
+            await asyncio.sleep(STOP_POLL_S)
+        self._judged_at_stop = self.report.judged
+        self._stopped.set()
+        elsewhere = " (stop again to leave them for a resume)" if self.judge_elsewhere is not None else ""
+        self.progress({"event": "log", "level": "info", "message": "stopping: no more requests or judgements; "
+                       f"the judgements already running write their rows{elsewhere}"})
+
+    async def _unless_stopped(self, work: Awaitable[T]) -> tuple[bool, T | None]:
+        """(True, `work`'s result), or (False, None) when a stop comes first and `work` is cancelled."""
+        task = asyncio.ensure_future(work)
+        stopped = asyncio.ensure_future(self._stopped.wait())
+        try:
+            await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            task.cancel()
+            raise
+        finally:
+            stopped.cancel()
+        if not task.done():
+            task.cancel()
+        try:
+            return True, await task
+        except asyncio.CancelledError:
+            if not task.cancelled():
+                raise
+            return False, None
 
     def _fail(self, where: dict[str, Any], kind: str, message: str) -> None:
         assert self.report is not None
@@ -312,10 +406,12 @@ def _was_malformed(evaluation: Evaluation | None) -> bool:
 
 
 def run_model(db: sqlite_utils.Database, config: RunConfig, *, progress: Progress | None = None,
-              client: ChatClient | None = None) -> RunReport:
-    """Run (or resume) a model run to completion; the store keeps everything as it goes."""
+              client: ChatClient | None = None, judge: TurnJudge | None = None,
+              stop: RunStop | None = None) -> RunReport:
+    """Run (or resume) a model run to completion, or until `stop`; the store keeps everything as it goes.
+    `judge` judges the turns elsewhere (a pool or a cluster) instead of on this process's own worker."""
     async def main() -> RunReport:
-        runner = ModelRun(db, config, progress=progress, client=client)
+        runner = ModelRun(db, config, progress=progress, client=client, judge=judge, stop=stop)
         runner.open_run()
         return await runner.execute()
 

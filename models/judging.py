@@ -26,6 +26,10 @@ class JudgeFailed(RuntimeError):
     """The tool failed on a sample (a missing assembler, a worker that cannot start): no verdict."""
 
 
+class JudgeWithdrawn(JudgeFailed):
+    """A stop withdrew the judgement before it began, or gave up waiting for it: no verdict, for a resume."""
+
+
 def candidate_of(sample: Sample, malformed: str | None = None) -> ExtractResult:
     """The candidate a stored sample holds: its code and manifest when it has code, else extracted
     again from its raw response (the same text gives the same candidate). One rule for every

@@ -28,9 +28,11 @@ EXIT_TOOL = 1  # the tool failed on every sample it tried (or the worker would n
 
 
 class Stop(Protocol):
-    """What a batch asks between samples; a context manager around the loop."""
+    """What a batch asks between samples; a context manager around the loop. `abandoned`: asked again, so a
+    parallel batch stops waiting for its running jobs (services/parallel.py)."""
 
     requested: bool
+    abandoned: bool
 
     def __enter__(self) -> Stop: ...
 
@@ -38,10 +40,12 @@ class Stop(Protocol):
 
 
 class SignalStop:
-    """SIGTERM and SIGINT ask the batch to stop after the current sample (main thread only)."""
+    """SIGTERM and SIGINT ask the batch to stop after the current sample (main thread only); a second one
+    abandons what is still running."""
 
     def __init__(self) -> None:
         self.requested = False
+        self.abandoned = False
         self._old: dict[int, Any] = {}
 
     def __enter__(self) -> SignalStop:
@@ -50,6 +54,8 @@ class SignalStop:
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            self.abandoned = True
         self.requested = True
 
     def __exit__(self, *exc: object) -> None:
@@ -62,13 +68,23 @@ class StopFlag:
 
     def __init__(self) -> None:
         self._event = threading.Event()
+        self._abandon = threading.Event()
 
     @property
     def requested(self) -> bool:
         return self._event.is_set()
 
+    @property
+    def abandoned(self) -> bool:
+        return self._abandon.is_set()
+
     def set(self) -> None:
         self._event.set()
+
+    def abandon(self) -> None:
+        """The second stop: leave what is still running for a resume."""
+        self._event.set()
+        self._abandon.set()
 
     def __enter__(self) -> StopFlag:
         return self

@@ -18,6 +18,10 @@ Dask on another worker; a job whose result had already come back can come back t
 writer keeps the first (one attempt key per sample and batch). A job's stage events travel with
 its result and are said when it arrives, before its row.
 
+A stop withdraws the jobs no worker has begun and waits for the running ones (each job says on a
+Dask event topic when it begins: services/cluster_worker.py), so their rows are written;
+`abandon` drops them too.
+
 `address` is `tcp://host:port`, or `local[:N]` for a LocalCluster of N worker processes on this
 host, each declaring GPU=1 (tests and benchmarks; N defaults to the number of visible GPUs, at
 least 1). dask is imported only here, only when a cluster is asked for.
@@ -71,6 +75,7 @@ class DaskBackend:
         self.cluster: Any = None
         self._known: dict[str, dict[str, Any]] = {}  # worker address -> identity
         self._futures: dict[Any, tuple[JudgeRequest, Future[JudgeOutcome]]] = {}
+        self._began: dict[str, float] = {}  # attempt -> when a worker said it began it (this side's clock)
         self._lock = threading.Lock()
         self._closing = False
         self._last_poll = 0.0
@@ -102,6 +107,7 @@ class DaskBackend:
             self.close()
             raise BackendUnavailable(f"cannot reach the Dask scheduler at {self.address}: {exc}") from None
         self._register_plugin()
+        self.client.subscribe_topic(cluster_worker.BEGAN, self._job_began)  # before any job can begin
         workers = self._gpu_workers()
         if not workers:
             self.close()
@@ -141,10 +147,28 @@ class DaskBackend:
         return True  # a cluster without workers waits for one (Dask keeps the jobs); the caller can stop it
 
     def cancel_pending(self) -> None:
-        """Withdraw what is not done: left unjudged for a resume (a running job's answer is not waited for)."""
+        """Withdraw the jobs no worker has begun: left unjudged for a resume. A job that began but whose
+        event is still on its way is withdrawn too (its sample is judged again on resume)."""
+        with self._lock:
+            items = [(fut, entry) for fut, entry in self._futures.items() if entry[0].attempt not in self._began]
+            for fut, _entry in items:
+                del self._futures[fut]
+        self._withdraw(items)
+
+    def running(self) -> dict[str, float]:
+        with self._lock:
+            pending = {req.attempt for req, _out in self._futures.values()}
+            return {a: t for a, t in self._began.items() if a in pending}
+
+    def abandon(self) -> None:
+        """Withdraw every job not answered, the running ones too (a worker finishes its job; the answer is dropped)."""
         with self._lock:
             items = list(self._futures.items())
             self._futures.clear()
+        self._withdraw(items)
+
+    @staticmethod
+    def _withdraw(items: list[tuple[Any, tuple[JudgeRequest, Future[JudgeOutcome]]]]) -> None:
         for fut, (_req, out) in items:
             fut.cancel()
             withdraw(out)
@@ -165,7 +189,7 @@ class DaskBackend:
 
     def close(self) -> None:
         self._closing = True
-        self.cancel_pending()
+        self.abandon()
         if self.client is not None:
             try:
                 self.client.close()
@@ -258,10 +282,20 @@ class DaskBackend:
                 self._known[a] = {"name": w.get("name") or a, "gpu": None, "device": None, "lost": False}
                 self.events.put(ev.WorkerChanged(str(w.get("name") or a), "joined", None, None, a))
 
+    def _job_began(self, event: tuple[float, dict[str, Any]]) -> None:
+        """A worker began a job (called on the client's event loop). A job run again elsewhere begins again."""
+        _when, msg = event
+        attempt = str(msg.get("attempt", ""))
+        with self._lock:
+            if any(req.attempt == attempt for req, _out in self._futures.values()):
+                self._began[attempt] = time.monotonic()
+
     def _arrived(self, fut: Any) -> None:
         """A job's result, fetched off its worker at once (a result left on a worker is lost with it)."""
         with self._lock:
             entry = self._futures.pop(fut, None)
+            if entry is not None:
+                self._began.pop(entry[0].attempt, None)
         if entry is None:
             return  # withdrawn
         req, out = entry

@@ -6,6 +6,9 @@ picks another index where several are visible). Its first job starts the GPU wor
 closes it when the Dask worker shuts down. Each worker's GPU process has its own cache folder,
 so two workers on one host never write one cache entry from two processes.
 
+A job says when it begins (an event on topic BEGAN, read by the submitting side): a stop then
+waits for the jobs that have begun and withdraws the others.
+
 This module imports distributed at the top: only a Dask worker, or a batch given `--cluster`,
 imports it.
 """
@@ -23,6 +26,7 @@ from ptxbench.services.dispatch import JudgeOutcome, JudgeRequest, judge_request
 
 _LOCK = threading.Lock()
 _RUNNER: Any = None  # this process's Runner
+BEGAN = "ptxbench-job-began"  # the topic of the events that say a job has begun: {"attempt": …, "worker": …}
 
 
 def worker_name() -> str:
@@ -92,6 +96,7 @@ def judge_on_worker(req: JudgeRequest, static_only: bool) -> JudgeOutcome:
         notes.append((stage, status, category))
 
     with _LOCK:  # one GPU worker process: one job at a time, whatever the Dask worker's thread count
+        say_began(req)
         runner = None if static_only or not req.needs_gpu else _runner()
         starts = runner.starts if runner is not None else 0
         outcome = judge_request(req, runner, worker_name(), note, gpu_key=_gpu_key())
@@ -99,6 +104,15 @@ def judge_on_worker(req: JudgeRequest, static_only: bool) -> JudgeOutcome:
             outcome.extra["fresh_workers"] = runner.starts - starts
     outcome.extra["notes"] = notes
     return outcome
+
+
+def say_began(req: JudgeRequest) -> None:
+    """Tell the submitting side this job has begun here (nothing outside a Dask worker)."""
+    try:
+        worker = get_worker()
+    except ValueError:
+        return
+    worker.log_event(BEGAN, {"attempt": req.attempt, "worker": worker_name()})
 
 
 class RunnerPlugin(WorkerPlugin):

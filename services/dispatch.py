@@ -8,6 +8,10 @@ on. Nothing here writes the store: the submitting process is the one writer (ser
 
 Jobs carry an attempt key, `<batch>:<sample>`: a job the cluster ran twice (a worker that went
 away after finishing) comes back twice under one key, and only the first is written.
+
+A stop withdraws the jobs not yet begun and waits for the running ones, each for at most its
+deadline from when it began (`JudgeRequest.deadline_s`), so that what a worker already spent
+time on is written rather than judged again on resume.
 """
 
 from __future__ import annotations
@@ -28,6 +32,12 @@ Note = Callable[[str, str, "str | None"], None]  # the pipeline's stage callback
 # worker's install does not know): a failed attempt, never a verdict.
 TOOL_FAILURES: tuple[type[BaseException], ...] = (RuntimeError, KeyError, OSError, ValueError)
 
+# How long a running job may still take, as far as a stop waits for it: the static stages take seconds (a cold
+# nvcc and ptxas included); a GPU job is bounded by the candidate's GPU budget (engine.pipeline.DEFAULT_BUDGET_S,
+# 300 s) and as long again for the worker's own steps (references, the library's timing, a worker restart).
+STATIC_JOB_DEADLINE_S = 120.0
+GPU_JOB_DEADLINE_S = 600.0
+
 
 @dataclass
 class JudgeRequest:
@@ -45,6 +55,11 @@ class JudgeRequest:
     @property
     def needs_gpu(self) -> bool:
         return self.gpu and (self.static is None or self.static.cubin is not None)
+
+    @property
+    def deadline_s(self) -> float:
+        """The longest this job may run once begun (what a stop waits for it)."""
+        return GPU_JOB_DEADLINE_S if self.needs_gpu else STATIC_JOB_DEADLINE_S
 
 
 @dataclass
@@ -135,7 +150,17 @@ class Backend(Protocol):
 
     def capacity(self) -> int: ...
 
-    def cancel_pending(self) -> None: ...
+    def cancel_pending(self) -> None:
+        """Withdraw the jobs not yet begun on a worker (their futures cancelled); the running ones go on."""
+        ...
+
+    def running(self) -> dict[str, float]:
+        """The jobs begun on a worker and not yet answered: attempt key → when it began (time.monotonic)."""
+        ...
+
+    def abandon(self) -> None:
+        """Withdraw every job not yet answered, the running ones too: their answers are dropped."""
+        ...
 
     def alive(self) -> bool: ...
 

@@ -9,8 +9,11 @@ The same contract as the one-worker batch (services/batch.py), with the judging 
   killed loses nothing it finished and `--all-unjudged` resumes it exactly as before;
 - a result that comes back twice under one attempt key (a cluster job run again after its
   worker went away) is written once;
-- SIGTERM/SIGINT (or the caller's flag) stop the submitting; jobs not yet begun are withdrawn
-  (left unjudged, for a resume) and the ones running are written when they end;
+- SIGTERM/SIGINT (or the caller's flag) stop the submitting: jobs no worker has begun are
+  withdrawn (left unjudged, for a resume), and the batch waits for the running ones, each at
+  most its deadline from when it began (services/dispatch.py), and writes their rows; a second
+  stop, or the deadline, abandons those still running (left for a resume too). Log events say
+  what the stop waits for, and at the end what was kept and what is left;
 - with every worker gone (the pool took them all out of service) the samples not yet judged
   stay unjudged, and the batch ends saying so.
 
@@ -20,6 +23,7 @@ while another worker shared the GPU is flagged (services/shared_gpu.py).
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -51,6 +55,7 @@ class _Prepared:
     arch: str
     extracted: Any
     static: Future[Any] | None
+    req: JudgeRequest | None = None  # once submitted
 
 
 def batch_archs(store: sqlite_utils.Database, ids: list[int]) -> set[str]:
@@ -122,6 +127,10 @@ class _Batch:
         self.judged = self.failed = 0
         self.written: set[str] = set()
         self.workers = 1
+        self.stopped_at: float | None = None  # when a stop was asked (time.monotonic)
+        self.done_at_stop = 0  # samples with an answer by then
+        self.abandoned: list[int] = []  # samples whose running jobs the stop gave up on
+        self.abandoned_why = ""
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -154,6 +163,8 @@ class _Batch:
             self._drain()
             self.backend.close()
             self._drain()
+        if self.stopped_at is not None:
+            self._say_what_the_stop_kept()
         self.progress.emit(ev.Done(judged=self.judged, failed_tool=self.failed, cancelled=cancelled))
         return EXIT_TOOL if self.failed and not self.judged else EXIT_OK
 
@@ -166,11 +177,9 @@ class _Batch:
             self._drain()
             if stopping.requested and not cancelled:
                 cancelled = True
-                self.backend.cancel_pending()
-                for p in prepared:
-                    if p.static is not None:
-                        p.static.cancel()
-                prepared.clear()
+                self._stop(prepared, inflight)
+            if cancelled and inflight and self._give_up(stopping, inflight):
+                return self.judged + self.failed < len(self.ids)
             if not cancelled and not self.backend.alive():
                 left = len(order) + len(prepared)
                 if left:
@@ -203,16 +212,76 @@ class _Batch:
             if prepared and prepared[0].static is not None and len(inflight) < self.backend.capacity():
                 waiting.append(prepared[0].static)
             done, _ = wait(waiting, timeout=POLL_S, return_when=FIRST_COMPLETED)
-            self._drain()  # a job's stage events are queued before its result: they go out first
-            for future in done:
-                p = inflight.pop(future, None)  # type: ignore[arg-type]  # a static's future is not a key
-                if p is None or future.cancelled():
-                    continue  # withdrawn: left unjudged for a resume
-                try:
-                    outcome = future.result()
-                except Exception as exc:  # the backend's own failure for one job: recorded like any tool failure
-                    outcome = JudgeOutcome(p.sample_id, self._attempt(p), "", error=f"{type(exc).__name__}: {exc}")
-                self._write(outcome)
+            self._collect(done, inflight)
+
+    def _collect(self, done: set[Future[Any]], inflight: dict[Future[JudgeOutcome], _Prepared]) -> None:
+        self._drain()  # a job's stage events are queued before its result: they go out first
+        for future in done:
+            p = inflight.pop(future, None)  # a static's future is not a key
+            if p is None or future.cancelled():
+                continue  # withdrawn: left unjudged for a resume
+            try:
+                outcome = future.result()
+            except Exception as exc:  # the backend's own failure for one job: recorded like any tool failure
+                outcome = JudgeOutcome(p.sample_id, self._attempt(p), "", error=f"{type(exc).__name__}: {exc}")
+            self._write(outcome)
+
+    # -- a stop ------------------------------------------------------------------------------------
+
+    def _stop(self, prepared: deque[_Prepared], inflight: dict[Future[JudgeOutcome], _Prepared]) -> None:
+        """Withdraw what no worker has begun; the running jobs go on, to write their rows."""
+        self.stopped_at = time.monotonic()
+        self.done_at_stop = self.judged + self.failed
+        self.backend.cancel_pending()
+        for p in prepared:
+            if p.static is not None:
+                p.static.cancel()
+        prepared.clear()
+        begun = self.backend.running()
+        running = sum(1 for f, p in inflight.items() if not f.done() and self._attempt(p) in begun)
+        left = len(self.ids) - self.done_at_stop - running
+        message = f"stopping: {left} sample(s) not begun are left unjudged for a resume"
+        if running:
+            message += (
+                f"; waiting up to {self._deadline(inflight) - self.stopped_at:.0f} s for the {running} running "
+                "job(s) to write their rows (stop again to leave them for a resume too)"
+            )
+        self.progress.emit(ev.Log("info", message))
+
+    def _deadline(self, inflight: dict[Future[JudgeOutcome], _Prepared]) -> float:
+        """When the last running job is past its deadline (one not yet begun counts from the stop)."""
+        assert self.stopped_at is not None
+        begun = self.backend.running()
+        return max(
+            (
+                begun.get(self._attempt(p), self.stopped_at) + (p.req.deadline_s if p.req else 0.0)
+                for f, p in inflight.items()
+                if not f.done()
+            ),
+            default=self.stopped_at,
+        )
+
+    def _give_up(self, stopping: Stop, inflight: dict[Future[JudgeOutcome], _Prepared]) -> bool:
+        """After a stop: True when the batch stops waiting for its running jobs (a second stop, or their deadline)."""
+        if not stopping.abandoned and time.monotonic() < self._deadline(inflight):
+            return False
+        self._collect({f for f in inflight if f.done()}, inflight)  # answers already in are still written
+        self.backend.abandon()
+        self.abandoned = sorted(p.sample_id for p in inflight.values())
+        self.abandoned_why = "stopped again" if stopping.abandoned else "past their deadline"
+        inflight.clear()
+        return True
+
+    def _say_what_the_stop_kept(self) -> None:
+        kept = self.judged + self.failed - self.done_at_stop
+        left = len(self.ids) - self.judged - self.failed
+        message = (
+            f"stopped: {kept} job(s) running at the stop wrote their rows; {left} sample(s) left unjudged for a resume"
+        )
+        if self.abandoned:
+            shown = ", ".join(str(i) for i in self.abandoned[:20]) + (" …" if len(self.abandoned) > 20 else "")
+            message += f", {len(self.abandoned)} of them abandoned while running ({self.abandoned_why}): {shown}"
+        self.progress.emit(ev.Log("warning" if self.abandoned else "info", message))
 
     def _drain(self) -> None:
         events = self.backend.events
@@ -268,6 +337,7 @@ class _Batch:
             sanitize=self.sanitize,
             executed=self.executed,
         )
+        p.req = req
         return self.backend.submit(req)
 
     def _write(self, outcome: JudgeOutcome) -> None:
@@ -278,6 +348,8 @@ class _Batch:
         self.written.add(outcome.attempt)
         sid = outcome.sample_id
         if outcome.extra.get(UNJUDGED):
+            if self.stopped_at is not None:
+                return  # withdrawn by the stop: left for a resume, not a failure
             self.failed += 1
             self.progress.emit(ev.Error(sample_id=sid, message=f"not judged: {outcome.error}"))
             return
@@ -315,16 +387,18 @@ class _Batch:
 
 
 def make_backend(
-    store: sqlite_utils.Database,
-    ids: list[int],
+    archs: set[str],
     *,
     gpus: str | None = None,
     workers_per_gpu: int = 1,
     cluster: str | None = None,
     static_only: bool = False,
+    without_gpu: str = "a --static batch",
 ) -> Backend | None:
-    """What `--gpus` / `--workers-per-gpu` / `--cluster` ask for: a pool, a Dask backend, or None for the
-    one-worker batch (services/batch.py). UsageError says what is wrong with the options."""
+    """What `--gpus` / `--workers-per-gpu` / `--cluster` ask for, for work on tasks of `archs` (which GPUs
+    `--gpus all` takes): a pool, a Dask backend, or None for one worker. `without_gpu` names the option that
+    turned the GPU stages off, for the refusal of `--gpus` then. UsageError says what is wrong with the options.
+    `ptxbench eval` and `ptxbench run` both build their backend here."""
     from ptxbench.services.errors import UsageError
 
     if workers_per_gpu < 1:
@@ -334,19 +408,18 @@ def make_backend(
             raise UsageError(
                 "--cluster: the cluster's workers declare their GPUs; leave out --gpus and --workers-per-gpu"
             )
-        from ptxbench.services.cluster import DaskBackend, parse_address
+        from ptxbench.services.cluster import DaskBackend
 
-        parse_address(cluster)  # a UsageError before any connection is tried
-        return DaskBackend(cluster)
+        return DaskBackend(cluster)  # parses the address: a UsageError before any connection is tried
     if gpus is None:
         if workers_per_gpu != 1:
             raise UsageError("--workers-per-gpu needs --gpus (which GPUs to put the workers on)")
         return None
     if static_only:
-        raise UsageError("--gpus: a --static batch needs no GPU (use --cluster local:N to spread it over processes)")
+        raise UsageError(f"--gpus: {without_gpu} needs no GPU (use --cluster local:N to spread it over processes)")
     from ptxbench.services.gpuset import choose, visible_gpus
     from ptxbench.services.pool import GpuPool, slot_specs
 
-    chosen = choose(gpus, visible_gpus(), batch_archs(store, ids) or None)
+    chosen = choose(gpus, visible_gpus(), archs or None)
     per_gpu = [g for g in chosen for _ in range(workers_per_gpu)]
     return GpuPool(slot_specs(per_gpu))

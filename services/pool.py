@@ -13,11 +13,16 @@ only where it fails there too does it come back as the tool's failure (its row s
 that then succeeds elsewhere is a strike against the slot it failed on. Three strikes in a row
 take the slot out of the pool with a message; the batch goes on with the others. With every slot out,
 the jobs still queued come back unjudged (no row: the batch can be resumed).
+
+A stop withdraws the queued jobs (`cancel_pending`) and lets the running ones end (`running` says
+which, and since when); `abandon` stops waiting for them, and `close` then ends their workers.
 """
 
 from __future__ import annotations
 
+import os
 import queue
+import signal
 import threading
 import time
 from collections import deque
@@ -103,6 +108,7 @@ class _Slot:
         self.strikes = 0
         self.starts_seen = 0
         self.jobs = 0
+        self.busy_since: float | None = None  # when the job in hand began
         self.thread = threading.Thread(target=self._main, name=f"ptxbench-{spec.name}", daemon=True)
 
     # -- life cycle -----------------------------------------------------------------------
@@ -145,6 +151,8 @@ class _Slot:
                 return
             if not _begin(item.future):
                 continue
+            with self.pool._cond:
+                self.busy_since = self.pool._running[item.req.attempt] = time.monotonic()
             try:
                 self._run(item)
             except Exception as exc:  # a bug of the pool's own: the job still gets an answer, the batch goes on
@@ -158,6 +166,10 @@ class _Slot:
                             static=item.req.static,
                         )
                     )
+            finally:
+                with self.pool._cond:
+                    self.pool._running.pop(item.req.attempt, None)
+                    self.busy_since = None
 
     def _retire(self, why: str, announce: bool = True) -> None:
         """Only the slot's own thread retires it: its runner is never closed under a running job."""
@@ -188,7 +200,13 @@ class _Slot:
                 )
             )
 
-        outcome = judge_request(req, runner, self.name, note, gpu_key=self.spec.key)
+        outcome = judge_request(
+            req,
+            _RunnerUntilClose(runner, self.pool) if runner is not None else None,
+            self.name,
+            note,
+            gpu_key=self.spec.key,
+        )
         self.jobs += 1
         outcome.extra["workers_on_gpu"] = self.pool._workers_on(self.spec.key)
         if runner is not None and self.runner.starts > self.starts_seen:
@@ -214,8 +232,8 @@ class _Slot:
 
     def _health_check(self) -> bool:
         """After a tool failure: does a fresh worker start? If not, that is the GPU's strike."""
-        if self.runner is None or self.pool.static_only:
-            return True
+        if self.runner is None or self.pool.static_only or self.pool._closing:
+            return True  # closing: the failure was close ending an abandoned job's worker; start none again
         why = self._start_worker()
         if why is None:
             return True
@@ -237,6 +255,22 @@ class _Slot:
             self.pool._wake()
 
 
+class _RunnerUntilClose:
+    """A slot's Runner as the pipeline sees it: no job once the pool is closing. After a crash the pipeline starts
+    a fresh worker for the sizes left; a worker that close ended under an abandoned job must not get one."""
+
+    def __init__(self, runner: Runner, pool: GpuPool) -> None:
+        self._runner, self._pool = runner, pool
+
+    def judge(self, job: Any, on_event: Any = None) -> Any:
+        if self._pool._closing:
+            raise WorkerUnavailable("the pool is closing: the job was abandoned")
+        return self._runner.judge(job, on_event)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._runner, name)
+
+
 class GpuPool:
     """The pool: `submit` a JudgeRequest, get a future of its JudgeOutcome (services/dispatch.py)."""
 
@@ -248,6 +282,8 @@ class GpuPool:
         self._cond = threading.Condition()
         self._queue: deque[_Item] = deque()
         self._closing = False
+        self._abandoned = False
+        self._running: dict[str, float] = {}  # attempt -> when its slot began it
         self._specs = slots
         self.slots: list[_Slot] = []
 
@@ -291,8 +327,23 @@ class GpuPool:
 
     def cancel_pending(self) -> None:
         with self._cond:
-            while self._queue:
-                withdraw(self._queue.popleft().future)
+            items = list(self._queue)
+            self._queue.clear()
+        for item in items:
+            if item.future.running():
+                # Waiting for its second try after a tool failure: not begun again, so left for a resume too.
+                item.future.set_result(self._unjudged(item.req, "withdrawn by a stop before its second try"))
+            else:
+                withdraw(item.future)
+
+    def running(self) -> dict[str, float]:
+        with self._cond:
+            return dict(self._running)
+
+    def abandon(self) -> None:
+        """Stop waiting for the running jobs: `close` ends their workers at once instead of letting them finish."""
+        self._abandoned = True
+        self.cancel_pending()
 
     def shared(self, outcome: JudgeOutcome) -> int:
         return int(outcome.extra.get("workers_on_gpu", 1))
@@ -306,11 +357,25 @@ class GpuPool:
             self._closing = True
             self._cond.notify_all()
         self.cancel_pending()
+        if self._abandoned:
+            self._end_running_workers()
         for slot in self.slots:
             slot.thread.join(timeout=5.0)
         for slot in self.slots:
             if slot.spec.runner is None:  # a runner handed in belongs to its caller
                 slot.runner.close()
+
+    def _end_running_workers(self) -> None:
+        """After `abandon`: kill the workers still in a job (their process group, as the Runner kills one), so that
+        close does not wait their jobs out; their slots see the worker die, and start no other (`_RunnerUntilClose`)."""
+        for slot in self.slots:
+            pid = slot.runner.worker_pid
+            if slot.busy_since is None or pid is None or slot.spec.runner is not None:
+                continue  # idle, or a runner handed in: its caller's
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     # -- for the slots ---------------------------------------------------------------------
 

@@ -4,31 +4,39 @@ A run (models/generate.py) stores every raw reply before anything else happens t
 each turn and feeds the verdict back for the next; the same request again resumes. Several
 context levels make one run each. An import (models/importer.py) checks a whole JSONL file
 before writing any of it, then judges what it stored.
+
+`--gpus`, `--workers-per-gpu` and `--cluster` judge a run's turns on the backend `ptxbench eval`
+uses (`parallel_judge`, services/turn_judging.py); the run still writes every row itself.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlite_utils
 
 from ptxbench.models.client import EndpointError
-from ptxbench.models.generate import Progress, RunConfig, RunMismatch, RunReport, run_model
+from ptxbench.models.generate import Progress, RunConfig, RunMismatch, RunReport, RunStop, run_model
 from ptxbench.models.importer import ImportFileError, ImportReport, import_file
 from ptxbench.services.catalogue import CONTEXT_LEVELS, tasks_for
 from ptxbench.services.errors import UsageError
 from ptxbench.services.hardware import gpu_wanted
+
+if TYPE_CHECKING:
+    from ptxbench.services.turn_judging import ParallelJudge
 
 __all__ = [
     "EndpointError",
     "ImportFileError",
     "RunMismatch",
     "RunReport",
+    "RunStop",
     "ImportReport",
     "Progress",
     "open_store",
+    "parallel_judge",
     "run_configs",
     "run",
     "import_responses",
@@ -100,10 +108,52 @@ def checked_request(
     return levels, task_list, use_gpu
 
 
-def run(db: sqlite_utils.Database, config: RunConfig, progress: Progress | None = None) -> RunReport:
-    """One run: ask, store, judge, feed back. Raises RunMismatch (a resumed run made with other
-    prompts), EndpointError (the endpoint refused the run), StoreError."""
-    return run_model(db, config, progress=progress)
+def parallel_judge(
+    configs: list[RunConfig],
+    *,
+    gpus: str | None = None,
+    workers_per_gpu: int = 1,
+    cluster: str | None = None,
+    progress: Progress | None = None,
+    stop: RunStop | None = None,
+) -> ParallelJudge | None:
+    """What `--gpus` / `--workers-per-gpu` / `--cluster` ask of the runs `configs`: a judge on a pool or a
+    cluster, its workers started, or None (judging on this process's own worker). UsageError for options
+    that do not fit, ToolError when no worker could be had. The caller closes it after the last run; `stop` is
+    the one the runs are given (the judge withdraws and waits for its jobs by it)."""
+    from ptxbench.services.parallel import make_backend
+    from ptxbench.services.turn_judging import ParallelJudge
+    from ptxbench.tasks.spec import get_task
+
+    gpu = any(c.gpu for c in configs)
+    archs = {get_task(t).arch for c in configs for t in c.tasks}
+    backend = make_backend(
+        archs,
+        gpus=gpus,
+        workers_per_gpu=workers_per_gpu,
+        cluster=cluster,
+        static_only=not gpu,
+        without_gpu="a run without the GPU stages (--gpu off, or no GPU here)",
+    )
+    if backend is None:
+        return None
+    judge = ParallelJudge(backend, gpu=gpu, progress=progress, stop=stop)
+    judge.start(archs)
+    return judge
+
+
+def run(
+    db: sqlite_utils.Database,
+    config: RunConfig,
+    progress: Progress | None = None,
+    *,
+    judge: ParallelJudge | None = None,
+    stop: RunStop | None = None,
+) -> RunReport:
+    """One run: ask, store, judge, feed back; on `judge`'s workers when given (`parallel_judge`), until `stop`
+    (services/batch.SignalStop: SIGINT/SIGTERM). Raises RunMismatch (a resumed run made with other prompts),
+    EndpointError (the endpoint refused the run), StoreError."""
+    return run_model(db, config, progress=progress, judge=judge, stop=stop)
 
 
 def import_responses(

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
+import types
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("distributed")
 
+import paced_jobs
 from ptxbench.db.queries import evaluations_for
 from ptxbench.db.store import open_store
 from ptxbench.services import progress as ev
@@ -22,7 +26,8 @@ from ptxbench.services.batch import StopFlag, run_batch
 from ptxbench.services.cluster import DaskBackend, parse_address
 from ptxbench.services.errors import UsageError
 from ptxbench.services.parallel import run_parallel_batch
-from test_pool import Collect, _one_row_each, _store
+from ptxbench.services.pool import GpuPool
+from test_pool import Collect, _logs, _one_row_each, _static_slots, _store
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -87,6 +92,80 @@ def test_two_dask_workers_judge_as_one_worker_does_and_survive_a_kill(tmp_path: 
     db1, ids1 = _store(tmp_path / "one", n)
     assert run_batch(db1, ids1, Collect(), static_only=True, stop=StopFlag()) == 0
     assert [r.category for r in rows] == [evaluations_for(db1, i)[0].category for i in ids1]
+
+
+class PacedDask(DaskBackend):
+    """The cluster, its jobs paced (tests/paced_jobs.py): the first is quick, the others take seconds."""
+
+    def start(self, archs, static_only):
+        started = super().start(archs, static_only)
+        self._worker_side = types.SimpleNamespace(judge_on_worker=paced_jobs.paced_judge)
+        return started
+
+
+def test_a_stop_on_a_cluster_keeps_the_rows_of_running_jobs_and_a_resume_does_the_rest(tmp_path: Path):
+    db, ids = _store(tmp_path, 10)
+    stop = StopFlag()
+    sink = Collect(stop_after=1, stop=stop)  # the quick first job's row: the other jobs are in their first seconds
+    assert run_parallel_batch(db, ids, sink, PacedDask("local:2"), static_only=True, stop=stop) == 0
+    done = sink.events[-1]
+    assert isinstance(done, ev.Done) and done.cancelled
+    judged = [i for i in ids if evaluations_for(db, i)]
+    assert len(judged) == done.judged and all(len(evaluations_for(db, i)) == 1 for i in judged)
+    # The quick first job, and at least one slow one that was running on the other worker at the stop.
+    assert ids[0] in judged and 2 <= len(judged) < len(ids)
+    (stopping,) = _logs(sink, "stopping:")
+    assert "running job(s) to write their rows" in stopping
+    (stopped,) = _logs(sink, "stopped:")
+    assert f"{len(ids) - len(judged)} sample(s) left unjudged for a resume" in stopped and "abandoned" not in stopped
+    left = [i for i in ids if i not in judged]
+    run_parallel_batch(
+        db, left, Collect(), GpuPool(_static_slots(2), static_only=True), static_only=True, stop=StopFlag()
+    )
+    rows = _one_row_each(db, ids)  # nothing judged twice
+    db1, ids1 = _store(tmp_path / "one", 10)
+    run_batch(db1, ids1, Collect(), static_only=True, stop=StopFlag())
+    assert [r.category for r in rows] == [evaluations_for(db1, i)[0].category for i in ids1]
+
+
+def test_sigint_during_a_cluster_eval_says_what_it_kept(tmp_path: Path):
+    from test_eval_cli import ROOT, _events
+    from test_eval_cli import _store as cli_store
+
+    path, ids = cli_store(tmp_path, ["vadd_ok", "vadd_wrong"] * 15)
+    env = {**os.environ, "PTXBENCH_CACHE": str(tmp_path / "cache")}
+    cmd = [
+        sys.executable,
+        "-m",
+        "ptxbench.cli.main",
+        "eval",
+        "--db",
+        str(path),
+        "--all-unjudged",
+        "--static",
+        "--cluster",
+        "local:2",
+        "--json-progress",
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    lines = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        lines.append(line)
+        if '"event": "result"' in line:
+            proc.send_signal(signal.SIGINT)
+            break
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-3000:]
+    events = _events("".join(lines) + out)
+    logs = [e["message"] for e in events if e["event"] == "log"]
+    assert any(m.startswith("stopping:") for m in logs) and any(m.startswith("stopped:") for m in logs), logs
+    done = events[-1]
+    assert done["event"] == "done" and done["cancelled"] is True
+    db = open_store(path)  # the store's own samples (its seed) are in the batch too: count every row
+    rows = db.execute("SELECT sample_id, COUNT(*) FROM evaluations GROUP BY sample_id").fetchall()
+    assert len(rows) == done["judged"] + done["failed_tool"] < len(ids) and all(n == 1 for _sid, n in rows)
+    db.conn.close()
 
 
 def test_a_cluster_with_no_gpu_resource_is_refused(tmp_path: Path):

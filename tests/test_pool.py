@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from ptxbench.db.seed import seed_store
 from ptxbench.db.store import open_store
 from ptxbench.db.writes import add_sample
 from ptxbench.engine.runner import RunnerConfig
+from ptxbench.services import dispatch
 from ptxbench.services import pool as pool_mod
 from ptxbench.services import progress as ev
 from ptxbench.services.batch import StopFlag, run_batch, select_samples
@@ -217,6 +219,87 @@ def test_a_stopped_pool_batch_resumes_with_all_unjudged(tmp_path):
     )
     _one_row_each(db, ids)
     assert not set(select_samples(db, None, None, True, True)) & set(ids)
+
+
+# -- a stop ---------------------------------------------------------------------------------------------
+
+
+def _again(event: ev.Event, stop: StopFlag) -> None:
+    """The second stop, once the batch has said what it waits for."""
+    if isinstance(event, ev.Log) and event.message.startswith("stopping:"):
+        stop.abandon()
+
+
+class StopWhileBusy(Collect):
+    """Stops the batch at a row that comes in while `busy` is in the middle of a job."""
+
+    def __init__(self, stop: StopFlag, busy: str) -> None:
+        super().__init__()
+        self.stop, self.busy = stop, busy
+
+    def emit(self, event: ev.Event) -> None:
+        super().emit(event)
+        began = any(e.worker == self.busy for e in self.of(ev.SampleStarted))
+        if isinstance(event, ev.Result) and event.worker != self.busy and began and self.stop is not None:
+            self.stop.set()
+
+
+def _logs(sink: Collect, prefix: str) -> list[str]:
+    return [e.message for e in sink.of(ev.Log) if e.message.startswith(prefix)]
+
+
+def _resume_completes(db, ids: list[int], stub: Path) -> None:
+    """The samples a stop left are judged by the next batch, and no sample ever has two rows."""
+    left = [i for i in select_samples(db, None, None, True, False) if i in ids]
+    assert left
+    run_parallel_batch(db, left, Collect(), GpuPool([_slot(stub, "gpu0", "GPU-x")]), stop=StopFlag())
+    assert {r.status for r in _one_row_each(db, ids)} == {"judged"}
+
+
+def test_a_stop_waits_for_the_running_jobs_and_writes_their_rows(tmp_path, stub):
+    db, ids = _store(tmp_path, 8, kernels=("vadd_ok",))
+    stop = StopFlag()
+    # gpu0 answers at once, gpu1 slowly: the stop comes at a row of gpu0's while gpu1 is in the middle of a job.
+    sink = StopWhileBusy(stop, "gpu1")
+    slots = [_slot(stub, "gpu0", "GPU-x"), _slot(stub, "gpu1", "GPU-y", STUB_SLEEP="0.7")]
+    run_parallel_batch(db, ids, sink, GpuPool(slots), stop=stop)
+    done = sink.events[-1]
+    assert isinstance(done, ev.Done) and done.cancelled and done.judged < len(ids)
+    judged = [i for i in ids if evaluations_for(db, i)]
+    assert len(judged) == done.judged and all(len(evaluations_for(db, i)) == 1 for i in judged)
+    busy = next(e.sample_id for e in sink.of(ev.SampleStarted) if e.worker == "gpu1")
+    assert busy in judged and evaluations_for(db, busy)[0].evidence["worker"]["name"] == "gpu1"
+    (stopping,) = _logs(sink, "stopping:")
+    assert "running job(s) to write their rows" in stopping and "stop again" in stopping
+    at_stop = sink.events.index(next(e for e in sink.of(ev.Log) if e.message == stopping))
+    before = sum(isinstance(e, ev.Result) for e in sink.events[:at_stop])
+    (stopped,) = _logs(sink, "stopped:")
+    assert stopped == (
+        f"stopped: {done.judged - before} job(s) running at the stop wrote their rows; "
+        f"{len(ids) - done.judged} sample(s) left unjudged for a resume"
+    )
+    _resume_completes(db, ids, stub)
+
+
+@pytest.mark.parametrize("how", ["stopped again", "past their deadline"])
+def test_a_second_stop_or_the_deadline_leaves_the_running_jobs_for_a_resume(tmp_path, stub, monkeypatch, how):
+    if how == "past their deadline":
+        monkeypatch.setattr(dispatch, "GPU_JOB_DEADLINE_S", 1.0)
+    db, ids = _store(tmp_path, 6, kernels=("vadd_ok",))
+    stop = StopFlag()
+    sink = StopWhileBusy(stop, "gpu1")
+    if how == "stopped again":
+        sink.emit = lambda e, emit=sink.emit: (emit(e), _again(e, stop))  # type: ignore[method-assign]
+    slots = [_slot(stub, "gpu0", "GPU-x"), _slot(stub, "gpu1", "GPU-y", STUB_SLEEP="60")]
+    began = time.monotonic()
+    run_parallel_batch(db, ids, sink, GpuPool(slots), stop=stop)
+    assert time.monotonic() - began < 20  # not the 60 s gpu1's job would take
+    stuck = [e.sample_id for e in sink.of(ev.SampleStarted) if e.worker == "gpu1"]
+    assert stuck and all(not evaluations_for(db, i) for i in stuck)
+    (stopped,) = _logs(sink, "stopped:")
+    assert f"abandoned while running ({how}): {stuck[0]}" in stopped
+    assert [e.level for e in sink.of(ev.Log) if e.message == stopped] == ["warning"]
+    _resume_completes(db, ids, stub)
 
 
 # -- GPU batches with stand-in workers ------------------------------------------------------------------
