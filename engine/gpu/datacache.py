@@ -3,7 +3,8 @@
 A batch of candidates for one task judges them on the same seeds, so the
 reference (a float64 GEMM, a chunked attention) is computed once per worker,
 not once per candidate. Entries are evicted least-recently-used when the
-cache passes its byte budget.
+cache passes its byte budget, never one the running job has used: a set that does not fit
+then goes uncached, so a job larger than the cache still hits on all but its last sets.
 
 An entry lives in device memory a candidate's kernel can write, and a job
 fingerprints only the sizes it judges: a write into another size's entry, or
