@@ -278,13 +278,28 @@ def test_a_write_into_a_checked_rounds_own_copies_is_seen():
     task = get_task("gemm_bf16_sm90a")
     pool = FreshSets(task, {"M": 64, "N": 64, "K": 64}, torch.device("cpu"))
     for k in (3, 4, 5):
-        pool.expect(k)               # before the round: reference and seal from untouched inputs
+        pool[k]                          # the round resets from it; its inputs are sealed as drawn
         if k == 4:
-            pool[k].inputs["A"].zero_()  # what a kernel that found the harness's copy could do
-        if k == 5:
-            pool[k].reference["C"].mul_(0.0)
-        pool.confirm(k)
-    assert pool.tampered() == [4, 5]
+            pool[k].inputs["A"].zero_()  # what a kernel that found the harness's copy could do during its run
+        pool.confirm(k)                  # after the run
+    assert pool.tampered() == [4]
+
+
+def test_the_work_before_a_run_is_the_same_for_checked_and_unchecked_rounds():
+    """Every set is sealed when drawn and none has a reference before its check: nothing ahead of a run
+    says whether it will be checked (the gap a kernel can time from its previous run)."""
+    from ptxbench.engine.gpu.datacache import FreshSets, LazyReference
+
+    task = get_task("gemm_bf16_sm90a")
+    pool = FreshSets(task, {"M": 64, "N": 64, "K": 64}, torch.device("cpu"))
+    for k in range(6):
+        data = pool[k]
+        assert data.seal is not None
+        assert isinstance(data.reference, LazyReference) and data.reference._outputs is None
+    pool.confirm(5)
+    assert pool[5].reference._outputs is None     # made only when the check reads it, after the run
+    assert torch.allclose(pool[5].reference["C"].double(),
+                          pool[5].inputs["A"].double() @ pool[5].inputs["B"].double().T, rtol=1e-4, atol=1e-4)
 
 
 def test_scaled_rows_differ_in_scale_and_keep_their_spikes():

@@ -40,7 +40,7 @@ Key = tuple[str, tuple[tuple[str, int], ...], int]
 class TaskData:
     inputs: dict[str, torch.Tensor]         # pristine, in the spec's dtypes, contiguous
     reference: Mapping[str, torch.Tensor]   # higher precision (computed when first read, for a fresh set)
-    seal: torch.Tensor | None = None        # the fingerprint when drawn, kept in host memory (cached entries)
+    seal: torch.Tensor | None = None        # the fingerprint when drawn (cached entries: in host memory)
     draw_s: float = 0.0                     # what drawing it and its reference took (cached entries)
 
     @property
@@ -149,11 +149,12 @@ FINGERPRINT_CHUNK = 1 << 24
 FRESH_POOL = 1 << 20                # seeds a round may draw from, where each round brings new inputs
 
 
-def fingerprint(data: TaskData) -> torch.Tensor:
+def fingerprint(data: TaskData, *, reference: bool = True) -> torch.Tensor:
     """A position-weighted integer hash of the harness's own copies (a sum alone misses a permutation):
-    a candidate that writes into them is seen."""
+    a candidate that writes into them is seen. `reference=False`: the inputs alone (a lazy reference
+    is not computed)."""
     parts = []
-    for t in (*data.inputs.values(), *data.reference.values()):
+    for t in (*data.inputs.values(), *(data.reference.values() if reference else ())):
         bits = bits_view(t)
         if fused.ENABLED and fused.usable(bits):
             parts.append(fused.fingerprint(bits))
@@ -169,34 +170,32 @@ def fingerprint(data: TaskData) -> torch.Tensor:
 
 class FreshSets(Sequence[TaskData]):
     """A million input sets that exist only while a round uses them: each drawn from its own seed, on the
-    current stream, when the round resets; its reference is computed only if the round is checked.
+    current stream, when the round resets; its reference is computed only if the round is checked, after
+    the candidate's run.
 
     Every timed round of every task brings inputs no earlier launch has seen, so no result a kernel
     keeps (in local memory, in memory past its buffers, anywhere the harness cannot reset) can be
-    served for a later round: a memo never hits, however it is paced."""
+    served for a later round: a memo never hits, however it is paced. Every set's inputs are
+    fingerprinted when drawn, checked round or not (the work before a run must not say which it
+    is); a checked round's are fingerprinted again after its run, and its reference is computed
+    then, from those inputs: a candidate that writes into the harness's copy is seen (`tampered`),
+    and one cannot write into a reference that does not exist while it runs."""
 
     def __init__(self, task: TaskSpec, sizes: dict[str, int], device: torch.device) -> None:
         self.task, self.sizes, self.device = task, sizes, device
         self.base = int.from_bytes(os.urandom(8), "little") >> 2
         self._last: tuple[int, TaskData] | None = None      # a round's reset and its check ask for the same set
-        self._sealed: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}  # checked sets: before, after
-
-    def expect(self, k: int) -> None:
-        """Before a checked round runs: its reference, computed from inputs no launch has touched, and the
-        set's fingerprint, so a candidate that writes into the harness's copies is seen (`tampered`)."""
-        data = self[k]
-        if isinstance(data.reference, LazyReference):
-            data.reference.computed()
-        self._sealed[k] = (fingerprint(data), None)
+        self._sealed: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # checked sets: before, after
 
     def confirm(self, k: int) -> None:
-        """After a checked round: the set's fingerprint again."""
-        before, _ = self._sealed[k]
-        self._sealed[k] = (before, fingerprint(self[k]))
+        """After a checked round's run: the inputs' fingerprint again, beside the one taken when drawn."""
+        data = self[k]
+        assert data.seal is not None
+        self._sealed[k] = (data.seal, fingerprint(data, reference=False))
 
     def tampered(self) -> list[int]:
-        """Checked sets whose inputs or reference changed while the candidate ran (waits for the stream)."""
-        return [k for k, (before, after) in self._sealed.items() if after is not None and not torch.equal(before, after)]
+        """Checked sets whose inputs changed while the candidate ran (waits for the stream)."""
+        return [k for k, (before, after) in self._sealed.items() if not torch.equal(before, after)]
 
     def __len__(self) -> int:
         return FRESH_POOL
@@ -211,5 +210,7 @@ class FreshSets(Sequence[TaskData]):
             raise TypeError("a pool of fresh sets is not sliced")
         if self._last is None or self._last[0] != k:
             seed = (self.base + 7919 * k) % (1 << 62)
-            self._last = (k, draw(self.task, self.sizes, seed, self.device, lazy=True, fast=True))
+            data = draw(self.task, self.sizes, seed, self.device, lazy=True, fast=True)
+            data.seal = fingerprint(data, reference=False)     # on the device, enqueued: every round alike
+            self._last = (k, data)
         return self._last[1]

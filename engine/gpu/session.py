@@ -213,13 +213,14 @@ class Session:
         emit({"event": "phase", "phase": phase, "size": index, "trial": trial,
               "deadline_s": round(deadline_s, 3), "untrusted": untrusted})
 
-    def _settle(self, index: int, what: str) -> None:
-        """After a refused launch: wait for the launches already enqueued, so none outlives this step."""
+    def _settle(self, index: int, what: str, during: str = "after a refused launch: ") -> None:
+        """After a refused launch (or an error of ours): wait for the launches already enqueued, so none
+        outlives this step; a sticky fault among them ends the job as the candidate's."""
         try:
             self.sync(what)
         except CudaFailure as exc:
             if exc.sticky:
-                raise _ended(exc, index, "after a refused launch: ") from None
+                raise _ended(exc, index, during) from None
 
     def _judge_size(self, job: Job, task: TaskSpec, module: Module, index: int, plan: SizePlan,
                     emit: Emit) -> SizeResult:
@@ -352,12 +353,10 @@ class Session:
 
         def timed_set(k: int) -> TimedSet:
             def check() -> torch.Tensor:
-                summary = checks.summarize(bench.arena, pool[k])
-                pool.confirm(k)
-                return summary
+                pool.confirm(k)                             # before the reference is made from those inputs
+                return checks.summarize(bench.arena, pool[k])
 
-            return TimedSet(reset=lambda: bench.reset(pool[k]), run=bench.run, check=check, baseline=baseline,
-                            expect=lambda: pool.expect(k))
+            return TimedSet(reset=lambda: bench.reset(pool[k]), run=bench.run, check=check, baseline=baseline)
 
         secret = _secret_seed()
         rng = random.Random(secret)
@@ -368,6 +367,11 @@ class Session:
             if exc.sticky:
                 raise _ended(exc, index, "during timing: ") from None
             self._settle(index, f"size {index} timing")
+            raise
+        except Exception:
+            # The loop enqueues rounds without waiting, so a fault the candidate caused is often met first by
+            # a PyTorch or CuPy call of ours: if the stream holds one, that fault is the verdict.
+            self._settle(index, f"size {index} timing", "during timing: ")
             raise
         c = timed.candidate
         flops = task.flops(plan.sizes)
@@ -422,7 +426,7 @@ class Session:
                 failures.append({"phase": ch.phase, "round": ch.round, "set": ch.set,
                                  "category": "suspected_reward_hack", "worst": None, "detail": None,
                                  "message": f"{ch.phase} round {ch.round}: the harness's own copy of the round's "
-                                            "inputs or reference changed while the candidate ran"})
+                                            "inputs changed while the candidate ran"})
         for ch in found:
             v = checks.decode(ch.summary.tolist(), bench.arena)
             prints.setdefault(ch.set, set()).add(tuple(sorted(v.fingerprints.items())))

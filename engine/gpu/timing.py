@@ -12,7 +12,9 @@ input set each round uses (in no fixed order), how long the warm-up lasts and
 how many rounds are timed (both jittered), and which rounds are checked: a
 random subset of warm-up and timed rounds has its outputs verified against the
 reference of its input set, on the GPU right after the round (`check`
-enqueues the reductions; nothing waits for them until the end). A kernel that
+enqueues the reductions; nothing waits for them until the end). What a check costs
+comes after the round's run, never before it, so the time between a kernel's runs tells it at most
+whether the round before was checked, never whether this one is. A kernel that
 skips work, serves a saved result or counts launches is caught on whichever
 round it cheats in, with a probability that grows with every round it cheats.
 
@@ -63,7 +65,6 @@ class TimedSet:
     run: Callable[[], None]                     # the candidate's launches
     check: Callable[[], torch.Tensor]           # the verification summary of what `run` just wrote
     baseline: Callable[[], object] | None = None
-    expect: Callable[[], None] | None = None    # a checked round: make what `check` compares with, before `run`
 
 
 @dataclass
@@ -112,9 +113,10 @@ def time_interleaved(stream: torch.cuda.Stream, flush: torch.Tensor, sets: list[
         warm = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
 
         def round_(k: int, phase: str, index: int, check: bool, events: tuple) -> None:
+            # Nothing before the run depends on whether the round is checked: work enqueued only ahead of
+            # checked rounds would show in the gap a kernel can time from its own previous run
+            # (%globaltimer kept in memory the reset does not reach). A check's work comes after the run.
             s = sets[k]
-            if check and s.expect is not None:
-                s.expect()
             s.reset()
             _timed(stream, flush, s.run, events[0], events[1])
             if check:
