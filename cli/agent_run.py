@@ -15,7 +15,7 @@ from typing import Any
 
 import typer
 
-from ptxbench.cli.conventions import ExitCode, fail, reported, say_error
+from ptxbench.cli.conventions import ExitCode, fail, reported, run_reported, say_error
 
 
 def run_agent_command(*, db_path: Path | None, as_json: bool, fallback: str, timeout: float, backoff: float,
@@ -24,7 +24,6 @@ def run_agent_command(*, db_path: Path | None, as_json: bool, fallback: str, tim
     the fallback to the multi-turn mode."""
     from rich.console import Console
 
-    from ptxbench.db.store import StoreError
     from ptxbench.services import agent, runs
 
     err = Console(stderr=True, highlight=False)
@@ -37,14 +36,8 @@ def run_agent_command(*, db_path: Path | None, as_json: bool, fallback: str, tim
     status = ExitCode.OK
     for config in configs:
         show = _json_event if as_json else _printer(err, plain_printer(err))
-        try:
+        with run_reported():
             outcome = agent.run(db, config, fallback=fallback, progress=show)
-        except runs.RunMismatch as exc:
-            raise fail("run", str(exc)) from None
-        except runs.EndpointError as exc:
-            raise fail("run", f"the endpoint refused the run: {exc}", ExitCode.REFUSED) from None
-        except StoreError as exc:
-            raise fail("run", f"store error: {exc}", ExitCode.TOOL) from None
         report = outcome.report or outcome.fallback
         assert report is not None
         if outcome.fallback is not None:

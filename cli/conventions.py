@@ -62,6 +62,22 @@ def reported(command: str, *, store: ExitCode = ExitCode.USAGE) -> Iterator[None
         raise fail(command, str(exc), store) from None
 
 
+@contextmanager
+def run_reported() -> Iterator[None]:
+    """A model run's failures (`ptxbench run`, with or without `--agent`) as its error line and exit code."""
+    from ptxbench.db.store import StoreError
+    from ptxbench.services import runs
+
+    try:
+        yield
+    except runs.RunMismatch as exc:
+        raise fail("run", str(exc)) from None
+    except runs.EndpointError as exc:
+        raise fail("run", f"the endpoint refused the run: {exc}", ExitCode.REFUSED) from None
+    except StoreError as exc:
+        raise fail("run", f"store error: {exc}", ExitCode.TOOL) from None
+
+
 Command = Callable[..., Any]
 PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
 

@@ -23,7 +23,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ptxbench.cli.conventions import ExitCode, fail, reported, say_error
+from ptxbench.cli.conventions import ExitCode, fail, reported, run_reported, say_error
 
 
 def run_command(
@@ -110,17 +110,10 @@ def run_command(
 
 
 def _one_run(db: Any, config: Any, show: Any, out: Any, judge: Any, stop: Any, as_json: bool) -> ExitCode:
-    from ptxbench.db.store import StoreError
     from ptxbench.services import runs
 
-    try:
+    with run_reported():
         report = runs.run(db, config, progress=show, judge=judge, stop=stop)
-    except runs.RunMismatch as exc:
-        raise fail("run", str(exc)) from None
-    except runs.EndpointError as exc:
-        raise fail("run", f"the endpoint refused the run: {exc}", ExitCode.REFUSED) from None
-    except StoreError as exc:
-        raise fail("run", f"store error: {exc}", ExitCode.TOOL) from None
     if not as_json:
         _summary(out, report, config.context)
     if report.aborted:
