@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
+import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -155,6 +157,47 @@ def run_batch(n: int, runner: Runner, threads: int, base: Candidate) -> dict:
     return {"summary": summary, "rows": rows}
 
 
+class ClockLog:
+    """The SM clock (MHz) and board power (W), sampled by nvidia-smi every 100 ms while the block runs: what
+    state the GPU was in while each way of timing ran (our rounds against do_bench's back-to-back launches)."""
+
+    def __init__(self, index: int = 0) -> None:
+        self.index = index
+        self.proc: subprocess.Popen[str] | None = None
+        self.samples: list[tuple[float, float]] = []
+
+    def __enter__(self) -> ClockLog:
+        if shutil.which("nvidia-smi"):
+            self.proc = subprocess.Popen(
+                ["nvidia-smi", "-i", str(self.index), "--query-gpu=clocks.sm,power.draw",
+                 "--format=csv,noheader,nounits", "-lms", "100"],
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is None:
+            return
+        self.proc.terminate()
+        try:
+            out, _ = self.proc.communicate(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, _ = self.proc.communicate()
+        for line in out.splitlines():
+            try:
+                mhz, watts = (float(x) for x in line.split(","))
+            except ValueError:          # "[N/A]" or a cut line
+                continue
+            self.samples.append((mhz, watts))
+
+    def summary(self) -> dict:
+        if not self.samples:
+            return {"samples": 0}
+        return {"samples": len(self.samples), "sm_mhz_median": statistics.median(m for m, _ in self.samples),
+                "power_w_median": statistics.median(w for _, w in self.samples),
+                "power_w_max": max(w for _, w in self.samples)}
+
+
 def repeat_timing(runner: Runner, base: Candidate, times: int = 3) -> dict:
     """The same kernel judged back to back at the headline size: how far apart are the medians?"""
     task = get_task(TASK)
@@ -207,9 +250,11 @@ def do_bench_check(our_baseline_ms: float | None) -> dict:
     a, b = x["A"], x["B"]
     c = torch.empty(a.shape[0], b.shape[0], dtype=a.dtype, device=a.device)
     bt = b.T
-    ms = [do_bench(lambda: torch.matmul(a, bt, out=c), warmup=25, rep=100, return_mode="median")  # noqa: F821 - runs before the del
-          for _ in range(3)]
-    out = {"do_bench_ms": ms, "do_bench_median_ms": statistics.median(ms), "ours_ms": our_baseline_ms}
+    with ClockLog() as clocks:
+        ms = [do_bench(lambda: torch.matmul(a, bt, out=c), warmup=25, rep=100, return_mode="median")  # noqa: F821 - runs before the del
+              for _ in range(3)]
+    out = {"do_bench_ms": ms, "do_bench_median_ms": statistics.median(ms), "ours_ms": our_baseline_ms,
+           "clocks": clocks.summary()}
     if our_baseline_ms:
         out["diff"] = abs(our_baseline_ms - out["do_bench_median_ms"]) / out["do_bench_median_ms"]
         out["within_3_percent"] = out["diff"] < 0.03
@@ -234,7 +279,9 @@ def main() -> int:
         name, base, tried = choose_base(runner)
         report["base"] = {"chosen": name, "tried": tried}
         report["batch"] = run_batch(args.n, runner, args.threads, base)
-        report["repeat"] = repeat_timing(runner, base)
+        with ClockLog(device.index) as clocks:
+            report["repeat"] = repeat_timing(runner, base)
+        report["repeat"]["clocks"] = clocks.summary()      # to set beside do_bench's
         report["check_cost"] = check_cost(runner, base)
     report["do_bench"] = do_bench_check(report["batch"]["summary"].get("baseline_ms_median"))
     s = report["batch"]["summary"]
