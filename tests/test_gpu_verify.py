@@ -285,6 +285,37 @@ def test_a_write_into_a_checked_rounds_own_copies_is_seen():
     assert pool.tampered() == [4]
 
 
+def test_a_write_is_seen_when_its_set_is_checked_again_later_and_confirm_never_draws_anew():
+    from ptxbench.engine.gpu.datacache import FreshSets
+
+    task = get_task("vector_add_smoke")
+    pool = FreshSets(task, {"N": 4096}, torch.device("cpu"))
+    pool[7]
+    pool[7].inputs["X"][0] += 1.0        # written during the first checked round of set 7
+    pool.confirm(7)
+    pool[8]
+    pool.confirm(8)
+    pool[7]                              # set 7 again, drawn anew and left alone
+    pool.confirm(7)
+    assert pool.tampered() == [7]
+    with pytest.raises(AssertionError):  # sealing a fresh draw of set 8 would hide any write into the one run
+        pool.confirm(8)
+
+
+@pytest.mark.parametrize("task_id, sizes", [("gemm_bf16_sm90a", {"M": 64, "N": 64, "K": 64}),
+                                            ("attn_bwd_sm90a", {"B": 1, "H": 1, "S": 64, "D": 64})])
+def test_a_checked_rounds_reference_is_made_from_the_sealed_inputs(task_id, sizes):
+    """The reference is computed after the run: from the very tensors the two fingerprints cover, so no input
+    it reads (attention backward's O and LSE included) can change unseen."""
+    from ptxbench.engine.gpu.datacache import FreshSets
+
+    pool = FreshSets(get_task(task_id), sizes, torch.device("cpu"))
+    data = pool[3]
+    assert data.reference._outputs is None
+    assert data.reference.raw.keys() == data.inputs.keys()
+    assert all(data.reference.raw[name] is t for name, t in data.inputs.items())
+
+
 def test_the_work_before_a_run_is_the_same_for_checked_and_unchecked_rounds():
     """Every set is sealed when drawn and none has a reference before its check: nothing ahead of a run
     says whether it will be checked (the gap a kernel can time from its previous run)."""

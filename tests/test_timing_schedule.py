@@ -84,3 +84,55 @@ def test_sets_of_an_earlier_job_make_room_for_this_one():
     cache.get(task, {"N": 4096}, 5)
     cache.get(task, {"N": 4096}, 6)
     assert cache.hits == 2 and cache.misses == 4
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_nothing_before_a_run_depends_on_whether_its_round_is_checked(monkeypatch, seed):
+    """The timing loop, with the GPU calls faked: every round's work up to the candidate's run is the same
+    sequence, checked round or not, and a check comes only after the run it checks (work enqueued ahead of
+    checked rounds alone would show in the gap a kernel can time from its previous run)."""
+    import contextlib
+
+    from ptxbench.engine.gpu import timing
+    from ptxbench.engine.gpu.timing import TimedSet, time_interleaved
+
+    log: list[str] = []
+
+    class Event:
+        def __init__(self, enable_timing: bool = False) -> None:
+            pass
+
+        def record(self, stream: object = None) -> None:
+            log.append("event")
+
+        def elapsed_time(self, other: object) -> float:
+            return 0.5                      # ms: a round of the candidate, or of the baseline
+
+    class Flush:
+        def zero_(self) -> None:
+            log.append("flush")
+
+    class Sets:
+        def __len__(self) -> int:
+            return 1 << 20
+
+        def __getitem__(self, k: int) -> TimedSet:
+            return TimedSet(reset=lambda: log.append("reset"), run=lambda: log.append("run"),
+                            check=lambda: log.append("check") or torch.zeros(1), baseline=lambda: log.append("baseline"))
+
+    monkeypatch.setattr(timing.torch.cuda, "stream", lambda stream: contextlib.nullcontext())
+    monkeypatch.setattr(timing.torch.cuda, "Event", Event)
+    out = time_interleaved(None, Flush(), Sets(), CONFIG, lambda: log.append("sync"), random.Random(seed))
+
+    runs = [i for i, op in enumerate(log) if op == "run"]
+    assert len(runs) == out.warmup_rounds + out.reps
+    checked = 0
+    for j, at in enumerate(runs):
+        begins = log.index("reset", runs[j - 1] if j else 0)
+        assert log[begins:at] == ["reset", "flush", "event"]        # the same for every round
+        after = log[at + 1:runs[j + 1] if j + 1 < len(runs) else len(log)]
+        after = [op for op in (after[:after.index("reset")] if "reset" in after else after) if op != "sync"]
+        assert after in (["event", "flush", "event", "baseline", "event"],
+                         ["event", "check", "flush", "event", "baseline", "event"])
+        checked += "check" in after
+    assert checked == len(out.checks) >= CONFIG.min_checks

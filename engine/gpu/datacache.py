@@ -54,7 +54,7 @@ def draw(task: TaskSpec, sizes: dict[str, int], seed: int, device: torch.device,
     `fast`: by tasks.reference's quicker form where it has one (a checked timing round)."""
     raw = make_inputs(task, sizes, seed, device)
     inputs = {t.name: raw[t.name].to(TORCH_DTYPES[t.dtype]).contiguous() for t in task.inputs}
-    ref = LazyReference(task, raw, fast)
+    ref = LazyReference(task, inputs, fast)   # from the very tensors a seal covers (a lazy one: after the run)
     return TaskData(inputs, ref if lazy else ref.computed())
 
 
@@ -185,17 +185,20 @@ class FreshSets(Sequence[TaskData]):
         self.task, self.sizes, self.device = task, sizes, device
         self.base = int.from_bytes(os.urandom(8), "little") >> 2
         self._last: tuple[int, TaskData] | None = None      # a round's reset and its check ask for the same set
-        self._sealed: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # checked sets: before, after
+        self._sealed: list[tuple[int, torch.Tensor, torch.Tensor]] = []  # checked rounds: set, before, after
 
     def confirm(self, k: int) -> None:
-        """After a checked round's run: the inputs' fingerprint again, beside the one taken when drawn."""
-        data = self[k]
+        """After a checked round's run: the inputs' fingerprint again, beside the one taken when drawn. The
+        set must be the one the round reset from: drawing it again here would seal new, untouched inputs."""
+        assert self._last is not None and self._last[0] == k, "confirm follows its own round's reset"
+        data = self._last[1]
         assert data.seal is not None
-        self._sealed[k] = (data.seal, fingerprint(data, reference=False))
+        self._sealed.append((k, data.seal, fingerprint(data, reference=False)))
 
     def tampered(self) -> list[int]:
-        """Checked sets whose inputs changed while the candidate ran (waits for the stream)."""
-        return [k for k, (before, after) in self._sealed.items() if not torch.equal(before, after)]
+        """Checked sets whose inputs changed while the candidate ran (waits for the stream). A list of rounds,
+        not a map by set: a set drawn again for a later checked round does not hide an earlier write."""
+        return sorted({k for k, before, after in self._sealed if not torch.equal(before, after)})
 
     def __len__(self) -> int:
         return FRESH_POOL
