@@ -28,6 +28,7 @@ from ptxbench.services.errors import UsageError
 from ptxbench.services.parallel import run_parallel_batch
 from ptxbench.services.pool import GpuPool
 from test_pool import Collect, _logs, _one_row_each, _static_slots, _store
+from proc_rest import rest_of
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -155,7 +156,7 @@ def test_sigint_during_a_cluster_eval_says_what_it_kept(tmp_path: Path):
         if '"event": "result"' in line:
             proc.send_signal(signal.SIGINT)
             break
-    out, err = proc.communicate(timeout=120)
+    out, err = rest_of(proc, timeout=120)
     assert proc.returncode == 0, err[-3000:]
     events = _events("".join(lines) + out)
     logs = [e["message"] for e in events if e["event"] == "log"]

@@ -16,6 +16,7 @@ from ptxbench.db.records import Sample
 from ptxbench.db.seed import seed_store
 from ptxbench.db.store import open_store
 from ptxbench.db.writes import add_sample
+from proc_rest import rest_of
 
 DATA = Path(__file__).resolve().parent / "data" / "gpu"
 ROOT = Path(__file__).resolve().parents[1]
@@ -116,7 +117,7 @@ def test_sigterm_ends_the_batch_cleanly_and_keeps_finished_rows(tmp_path):
         if lines[-1]["event"] == "result":
             proc.send_signal(signal.SIGTERM)
             break
-    rest, _ = proc.communicate(timeout=300)
+    rest, _ = rest_of(proc, timeout=300)
     lines += _events(rest)
     assert proc.returncode == 0
     done = lines[-1]

@@ -29,6 +29,7 @@ from ptxbench.services.pool import GpuPool
 from ptxbench.services.turn_judging import ParallelJudge
 from test_pool import _slot, _static_slots
 from test_pool import stub as stub  # the stand-in GPU worker fixture
+from proc_rest import rest_of
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -324,7 +325,7 @@ def test_sigint_stops_a_run_drops_the_requests_in_flight_and_a_resume_asks_them_
             if '"event": "turn"' in line:
                 proc.send_signal(signal.SIGINT)
                 break
-        out, err = proc.communicate(timeout=60)
+        out, err = rest_of(proc, timeout=60)
     assert proc.returncode == 3, err[-3000:]
     events = [json.loads(line) for line in "".join(lines + [out]).splitlines() if line.strip()]
     done = next(e for e in events if e["event"] == "done")
