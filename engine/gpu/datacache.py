@@ -6,7 +6,9 @@ not once per candidate. Entries are evicted least-recently-used when the
 cache passes its byte budget, never one the running job has used: a set that does not fit
 then goes uncached, so a job larger than the cache still hits on all but its last sets.
 
-An entry lives in device memory a candidate's kernel can write, and a job
+An entry lives in device memory a candidate's kernel can read and write. It is
+kept masked (engine/gpu/at_rest.py) except while the harness itself reads it,
+so a kernel that searches memory for its answer finds none. A job
 fingerprints only the sizes it judges: a write into another size's entry, or
 into an entry a later candidate will use, would otherwise stand as that
 candidate's inputs and reference. So every entry is sealed with its
@@ -22,12 +24,14 @@ import os
 import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import overload
 
 import torch
 
 from ptxbench.engine.gpu import fused
+from ptxbench.engine.gpu.at_rest import Veil
 from ptxbench.engine.gpu.buffers import TORCH_DTYPES, bits_view
 from ptxbench.tasks.inputs import make_inputs
 from ptxbench.tasks.reference import reference
@@ -42,6 +46,12 @@ class TaskData:
     reference: Mapping[str, torch.Tensor]   # higher precision (computed when first read, for a fresh set)
     seal: torch.Tensor | None = None        # the fingerprint when drawn (cached entries: in host memory)
     draw_s: float = 0.0                     # what drawing it and its reference took (cached entries)
+    veil: Veil | None = None                # cached entries: masked at rest
+
+    def opened(self) -> AbstractContextManager[None]:
+        """Plain inside the block (on the current stream), for the harness's reads; masked again after it.
+        No candidate launch may be enqueued inside."""
+        return self.veil.opened() if self.veil is not None else nullcontext()
 
     @property
     def nbytes(self) -> int:
@@ -117,10 +127,12 @@ class DataCache:
         self.misses += 1
         started = time.perf_counter()
         data = draw(task, sizes, seed, self.device)
+        data.veil = Veil([*data.inputs.values(), *data.reference.values()])
+        data.veil.close()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         data.draw_s = time.perf_counter() - started
-        data.seal = fingerprint(data).cpu()      # where no kernel can write it
+        data.seal = fingerprint(data).cpu()      # of the masked bytes; kept where no kernel can write it
         self._entries[key] = data
         self._evict(key)
         return data

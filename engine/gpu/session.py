@@ -24,7 +24,8 @@ from __future__ import annotations
 import os
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +33,7 @@ import cupy
 import torch
 
 from ptxbench.engine.categories import OK, STAGE_OF, worst
-from ptxbench.engine.gpu import sol
+from ptxbench.engine.gpu import at_rest, sol
 from ptxbench.engine.gpu.buffers import Arena
 from ptxbench.engine.gpu.datacache import (
     DataCache, FreshSets, TaskData, fingerprint,
@@ -81,6 +82,12 @@ class Bench:
     def run(self) -> None:
         for launch in self.launches:
             launch()
+
+    @contextmanager
+    def reading(self, data: TaskData) -> Iterator[None]:
+        """A cached set plain for the harness's own work on this bench's stream (no candidate launch inside)."""
+        with torch.cuda.stream(self.stream), data.opened():
+            yield
 
 
 @dataclass
@@ -270,11 +277,15 @@ class Session:
             return fail("launch_config", f"the buffers this launch needs do not fit in the device's memory: "
                                          f"{str(exc).splitlines()[0]}")
         torch.cuda.synchronize(self.device)     # the data cache draws on the default stream
+        # What the allocators hold free still holds what was computed in it (drawing these sets, an earlier
+        # candidate's library run on the same seeds): zeroed before this candidate's first launch.
+        at_rest.scrub(self.device)
 
         for t, (seed, d) in enumerate(zip(plan.seeds, data)):
             self._phase(emit, "launch", index, job.launch_timeout_s, True, t)
             try:
-                bench.reset(d)
+                with bench.reading(d):
+                    bench.reset(d)
                 with torch.cuda.stream(self.stream):
                     bench.arena.arm()
                 began = time.perf_counter()
@@ -288,7 +299,8 @@ class Session:
                 self._settle(index, f"size {index} trial {t}")
                 return fail(exc.category, str(exc), exc.evidence())
             self._phase(emit, "verify", index, TRUSTED_DEADLINE_S, False, t)
-            verdict = checks.verify(bench.arena, d)
+            with bench.reading(d):
+                verdict = checks.verify(bench.arena, d)
             out.trials.append(TrialResult(seed, verdict.category, verdict.errors, verdict.worst, verdict.detail,
                                           round(launch_s * 1e3, 4)))
 
@@ -401,17 +413,16 @@ class Session:
         set whose reference is known: it does the same work."""
         from ptxbench.tasks.baselines import library_fn
 
-        bench.reset(known)
-        with torch.cuda.stream(self.stream):
+        errors = {}
+        with bench.reading(known):
+            bench.reset(known)
             made = library_fn(task, bench.arena.tensors("input"), plan.sizes)
             bench.reset(known)
             made.fn()
-        self.stream.synchronize()
-        errors = {}
-        for name, got in made.outputs.items():
-            ref = known.reference[name].reshape(-1).to(torch.float32)
-            diff = got.reshape(-1).to(torch.float32) - ref
-            errors[name] = float(torch.linalg.vector_norm(diff) / torch.linalg.vector_norm(ref).clamp_min(1e-30))
+            for name, got in made.outputs.items():
+                ref = known.reference[name].reshape(-1).to(torch.float32)
+                diff = got.reshape(-1).to(torch.float32) - ref
+                errors[name] = float(torch.linalg.vector_norm(diff) / torch.linalg.vector_norm(ref).clamp_min(1e-30))
         ok = all(e <= checks.limits[name] for name, e in errors.items())
         check = {"rel_l2": errors, "within_tolerance": ok, **({"how": made.note} if made.note else {})}
         return made.fn, made.name, check
