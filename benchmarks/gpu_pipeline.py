@@ -5,7 +5,7 @@ it, each a distinct file so nothing is served from the assembly cache: 80 %
 correct copies (a comment line differs), 10 % with the A tensor map's
 swizzle dropped (wrong_result), 10 % with an argument missing
 (param_mismatch, decided before the GPU). Every candidate goes through
-assemble, inspect, 3 trials at each train and held-out size, and timing at
+assemble, inspect, 4 trials at each train and held-out size, and timing at
 the headline size against cuBLAS; the static stages of the next candidates
 run on CPU threads while the GPU judges the current one.
 

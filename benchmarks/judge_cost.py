@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
             if static is None:
                 print(f"{task_id}: no expert that assembles here", flush=True)
                 continue
-            plans, _ = plan_sizes(static.candidate, task, static.ptx, device.num_sms, seeds=session_seeds(),
+            plans, _ = plan_sizes(static.candidate, task, static.ptx, device.num_sms, seeds=session_seeds(task.id),
                                   resources=static.resources)
             row: dict[str, Any] = {}
             for name, timing in configs.items():

@@ -17,7 +17,8 @@ that uses what was asked but is slower than the library is
 from __future__ import annotations
 
 import atexit
-import random
+import hashlib
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -101,17 +102,19 @@ class Judgement:
 _default_runner: Runner | None = None
 
 
-_session_seeds: tuple[int, ...] | None = None
+_session_secret: bytes | None = None
 
 
-def session_seeds() -> tuple[int, ...]:
-    """The trial seeds of this process: secret (drawn from the OS at first use), then fixed, so a batch's
-    candidates meet the same inputs and the worker computes each reference once. Every evaluation records them."""
-    global _session_seeds
-    if _session_seeds is None:
-        rng = random.SystemRandom()
-        _session_seeds = tuple(rng.randrange(1, 1 << 62) for _ in range(TRIALS))
-    return _session_seeds
+def session_seeds(task_id: str) -> tuple[int, ...]:
+    """The trial seeds of this process for a task: secret (from a key drawn from the OS at first use), then
+    fixed, so a batch's candidates meet the same inputs and the worker draws each set once. Every
+    evaluation records them. Each task has its own: attention forward and backward share shapes and
+    distributions, and backward's inputs hold forward's output of the same Q, K, V."""
+    global _session_secret
+    if _session_secret is None:
+        _session_secret = os.urandom(32)
+    digest = hashlib.blake2b(task_id.encode(), key=_session_secret, digest_size=8 * TRIALS).digest()
+    return tuple((int.from_bytes(digest[8 * i:8 * i + 8], "little") >> 2) or 1 for i in range(TRIALS))
 
 
 def default_runner() -> Runner:
@@ -179,7 +182,7 @@ def judge(
 ) -> Judgement:
     """Judge one candidate for `task`. Raises EngineError only when the tool itself fails.
 
-    `seeds` default to this process's secret trial seeds (`session_seeds`); `budget_s` bounds the GPU time
+    `seeds` default to this process's secret trial seeds of the task (`session_seeds`); `budget_s` bounds the GPU time
     the candidate's own launches may take, after which it is `hang_timeout`."""
     spec = get_task(task) if isinstance(task, str) else task
     note = progress or (lambda stage, status, category=None: None)
@@ -210,7 +213,7 @@ def judge(
     out.tool_versions.update(device.versions)
 
     cand = static.candidate
-    seeds = seeds or session_seeds()
+    seeds = seeds or session_seeds(spec.id)
     out.evidence["seeds"] = list(seeds)
     plans, decided = plan_sizes(cand, spec, static.ptx, device.num_sms, seeds=seeds, sizes=sizes,
                                 resources=static.resources)

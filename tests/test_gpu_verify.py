@@ -325,7 +325,7 @@ def test_the_work_before_a_run_is_the_same_for_checked_and_unchecked_rounds():
     pool = FreshSets(task, {"M": 64, "N": 64, "K": 64}, torch.device("cpu"))
     for k in range(6):
         data = pool[k]
-        assert data.seal is not None
+        assert data.seal_slot == k                  # every round's inputs sealed as drawn, in order
         assert isinstance(data.reference, LazyReference) and data.reference._outputs is None
     pool.confirm(5)
     assert pool[5].reference._outputs is None     # made only when the check reads it, after the run

@@ -1,19 +1,22 @@
-"""Inputs and reference outputs per (task, sizes, seed), kept on the GPU across candidates.
+"""Inputs per (task, sizes, seed), kept on the GPU across candidates; references made only after a run.
 
-A batch of candidates for one task judges them on the same seeds, so the
-reference (a float64 GEMM, a chunked attention) is computed once per worker,
-not once per candidate. Entries are evicted least-recently-used when the
-cache passes its byte budget, never one the running job has used: a set that does not fit
-then goes uncached, so a job larger than the cache still hits on all but its last sets.
+A batch of candidates for one task judges them on the same seeds, so each set's inputs (attention
+backward's include a forward pass) are drawn once per worker, not once per candidate. Entries are
+evicted least-recently-used when the cache passes its byte budget, never one the running job has used:
+a set that does not fit then goes uncached, so a job larger than the cache still hits on all but its
+last sets.
 
-An entry lives in device memory a candidate's kernel can read and write. It is
-kept masked (engine/gpu/at_rest.py) except while the harness itself reads it,
-so a kernel that searches memory for its answer finds none. A job
-fingerprints only the sizes it judges: a write into another size's entry, or
-into an entry a later candidate will use, would otherwise stand as that
-candidate's inputs and reference. So every entry is sealed with its
-fingerprint (in host memory) when it is drawn and checked against it whenever it is handed
-out; one that changed is drawn again (and counted in `corrupted`).
+No reference is kept. A candidate's kernel runs in the harness's CUDA context and can read any mapped
+device address, so a reference kept for the next candidate would be its answer, lying in memory a scan
+from its buffers can reach. A set's reference is computed when its trial is verified, after the run,
+and released at the end of the size (`release`); what the allocators keep of it is zeroed before the
+next candidate's first launch there (engine/gpu/at_rest.py).
+
+An entry lives in device memory a candidate's kernel can write, and a job fingerprints only the sizes it
+judges: a write into another size's entry, or into an entry a later candidate will use, would otherwise
+stand as that candidate's inputs. So every entry is sealed with its fingerprint (in host memory) when it
+is drawn and checked against it whenever it is handed out; one that changed is drawn again (and counted
+in `corrupted`).
 
 Runs inside the worker process only (imports torch).
 """
@@ -24,14 +27,12 @@ import os
 import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import overload
 
 import torch
 
 from ptxbench.engine.gpu import fused
-from ptxbench.engine.gpu.at_rest import Veil
 from ptxbench.engine.gpu.buffers import TORCH_DTYPES, bits_view
 from ptxbench.tasks.inputs import make_inputs
 from ptxbench.tasks.reference import reference
@@ -43,19 +44,20 @@ Key = tuple[str, tuple[tuple[str, int], ...], int]
 @dataclass
 class TaskData:
     inputs: dict[str, torch.Tensor]         # pristine, in the spec's dtypes, contiguous
-    reference: Mapping[str, torch.Tensor]   # higher precision (computed when first read, for a fresh set)
-    seal: torch.Tensor | None = None        # the fingerprint when drawn (cached entries: in host memory)
-    draw_s: float = 0.0                     # what drawing it and its reference took (cached entries)
-    veil: Veil | None = None                # cached entries: masked at rest
-
-    def opened(self) -> AbstractContextManager[None]:
-        """Plain inside the block (on the current stream), for the harness's reads; masked again after it.
-        No candidate launch may be enqueued inside."""
-        return self.veil.opened() if self.veil is not None else nullcontext()
+    reference: Mapping[str, torch.Tensor]   # higher precision (a lazy one: computed when first read)
+    seal: torch.Tensor | None = None        # the inputs' fingerprint when drawn (cached entries: in host memory)
+    draw_s: float = 0.0                     # what drawing it took (cached entries)
+    seal_slot: int | None = None            # a fresh set: where its seal was copied to host memory
 
     @property
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (*self.inputs.values(), *self.reference.values()))
+        kept = self.reference.kept() if isinstance(self.reference, LazyReference) else self.reference.values()
+        return sum(t.numel() * t.element_size() for t in (*self.inputs.values(), *kept))
+
+    def release(self) -> None:
+        """Forget the reference, if it was computed (the next read computes it again)."""
+        if isinstance(self.reference, LazyReference):
+            self.reference.release()
 
 
 def draw(task: TaskSpec, sizes: dict[str, int], seed: int, device: torch.device, *, lazy: bool = False,
@@ -69,8 +71,8 @@ def draw(task: TaskSpec, sizes: dict[str, int], seed: int, device: torch.device,
 
 
 class LazyReference(Mapping[str, torch.Tensor]):
-    """A set's reference, computed (on the current stream) the first time an output is read: most timed
-    rounds are never checked, and their sets need inputs only."""
+    """A set's reference, computed (on the current stream) the first time an output is read: it does not
+    exist while the candidate's run that it checks is under way."""
 
     def __init__(self, task: TaskSpec, raw: dict[str, torch.Tensor], fast: bool = False) -> None:
         self.task, self.raw, self.fast = task, raw, fast
@@ -80,8 +82,13 @@ class LazyReference(Mapping[str, torch.Tensor]):
         if self._outputs is None:
             outputs = reference(self.task, self.raw, fast=self.fast)
             self._outputs = {t.name: outputs[t.name].contiguous() for t in self.task.outputs}
-            self.raw = {}
         return self._outputs
+
+    def kept(self) -> list[torch.Tensor]:
+        return list(self._outputs.values()) if self._outputs is not None else []
+
+    def release(self) -> None:
+        self._outputs = None
 
     def __getitem__(self, name: str) -> torch.Tensor:
         return self.computed()[name]
@@ -119,20 +126,18 @@ class DataCache:
         if key in self._entries:
             self._entries.move_to_end(key)
             entry = self._entries[key]
-            if entry.seal is not None and torch.equal(fingerprint(entry).cpu(), entry.seal):
+            if entry.seal is not None and torch.equal(fingerprint(entry, reference=False).cpu(), entry.seal):
                 self.hits += 1
                 return entry
             self.corrupted += 1
             del self._entries[key]
         self.misses += 1
         started = time.perf_counter()
-        data = draw(task, sizes, seed, self.device)
-        data.veil = Veil([*data.inputs.values(), *data.reference.values()])
-        data.veil.close()
+        data = draw(task, sizes, seed, self.device, lazy=True)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         data.draw_s = time.perf_counter() - started
-        data.seal = fingerprint(data).cpu()      # of the masked bytes; kept where no kernel can write it
+        data.seal = fingerprint(data, reference=False).cpu()      # where no kernel can write it
         self._entries[key] = data
         self._evict(key)
         return data
@@ -161,21 +166,39 @@ FINGERPRINT_CHUNK = 1 << 24
 FRESH_POOL = 1 << 20                # seeds a round may draw from, where each round brings new inputs
 
 
+# The fingerprint is keyed by a secret of the process: a kernel that changed a copy cannot compute the
+# fingerprint its change should have, nor find a seal kept in device memory by its value.
+FINGERPRINT_KEY = int.from_bytes(os.urandom(8), "little")
+_PHI = 0x9E3779B97F4A7C15
+_FMIX = (0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53)
+
+
+def _signed(v: int) -> int:
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+def _shifted(x: torch.Tensor) -> torch.Tensor:
+    return x ^ ((x >> 33) & ((1 << 31) - 1))        # a logical shift of the 64 bits
+
+
 def fingerprint(data: TaskData, *, reference: bool = True) -> torch.Tensor:
-    """A position-weighted integer hash of the harness's own copies (a sum alone misses a permutation):
-    a candidate that writes into them is seen. `reference=False`: the inputs alone (a lazy reference
-    is not computed)."""
+    """Σ fmix64(bits[i] ^ i·φ ^ key) over each of the harness's copies, mod 2⁶⁴ (MurmurHash3's finalizer:
+    a permutation or any change of bits shows, and without the key no one can say how): a candidate that
+    writes into them is seen. `reference=False`: the inputs alone (a lazy reference is not computed)."""
     parts = []
     for t in (*data.inputs.values(), *(data.reference.values() if reference else ())):
         bits = bits_view(t)
         if fused.ENABLED and fused.usable(bits):
-            parts.append(fused.fingerprint(bits))
+            parts.append(fused.fingerprint(bits, FINGERPRINT_KEY))
             continue
         total = torch.zeros((), dtype=torch.int64, device=t.device)
         for start in range(0, bits.numel(), FINGERPRINT_CHUNK):
-            chunk = bits[start:start + FINGERPRINT_CHUNK].to(torch.int64)
-            weights = torch.arange(start, start + chunk.numel(), device=t.device, dtype=torch.int64) * 2654435761 + 1
-            total += (chunk * weights).sum()
+            x = bits[start:start + FINGERPRINT_CHUNK].to(torch.int64)
+            x = x ^ (torch.arange(start, start + x.numel(), device=t.device, dtype=torch.int64) * _signed(_PHI))
+            x = _shifted(x ^ _signed(FINGERPRINT_KEY))
+            x = _shifted(x * _signed(_FMIX[0]))
+            x = _shifted(x * _signed(_FMIX[1]))
+            total += x.sum()
         parts.append(total)
     return torch.stack(parts)
 
@@ -197,20 +220,22 @@ class FreshSets(Sequence[TaskData]):
         self.task, self.sizes, self.device = task, sizes, device
         self.base = int.from_bytes(os.urandom(8), "little") >> 2
         self._last: tuple[int, TaskData] | None = None      # a round's reset and its check ask for the same set
-        self._sealed: list[tuple[int, torch.Tensor, torch.Tensor]] = []  # checked rounds: set, before, after
+        self._seals = _HostSeals(len(task.inputs), device)
+        self._sealed: list[tuple[int, int, int]] = []      # checked rounds: set, seal slot before, after
 
     def confirm(self, k: int) -> None:
         """After a checked round's run: the inputs' fingerprint again, beside the one taken when drawn. The
         set must be the one the round reset from: drawing it again here would seal new, untouched inputs."""
         assert self._last is not None and self._last[0] == k, "confirm follows its own round's reset"
         data = self._last[1]
-        assert data.seal is not None
-        self._sealed.append((k, data.seal, fingerprint(data, reference=False)))
+        assert data.seal_slot is not None
+        self._sealed.append((k, data.seal_slot, self._seals.keep(fingerprint(data, reference=False))))
 
     def tampered(self) -> list[int]:
         """Checked sets whose inputs changed while the candidate ran (waits for the stream). A list of rounds,
         not a map by set: a set drawn again for a later checked round does not hide an earlier write."""
-        return sorted({k for k, before, after in self._sealed if not torch.equal(before, after)})
+        self._seals.wait()
+        return sorted({k for k, before, after in self._sealed if not self._seals.same(before, after)})
 
     def __len__(self) -> int:
         return FRESH_POOL
@@ -226,6 +251,38 @@ class FreshSets(Sequence[TaskData]):
         if self._last is None or self._last[0] != k:
             seed = (self.base + 7919 * k) % (1 << 62)
             data = draw(self.task, self.sizes, seed, self.device, lazy=True, fast=True)
-            data.seal = fingerprint(data, reference=False)     # on the device, enqueued: every round alike
+            data.seal_slot = self._seals.keep(fingerprint(data, reference=False))     # enqueued: every round alike
             self._last = (k, data)
         return self._last[1]
+
+
+class _HostSeals:
+    """Fingerprints copied to pinned host memory as they are taken, in stream order (no wait): a seal left in
+    device memory could be rewritten by a kernel that finds it. Slots grow by pinned blocks."""
+
+    BLOCK = 1024
+
+    def __init__(self, width: int, device: torch.device) -> None:
+        self.width, self.device = width, device
+        self.blocks: list[torch.Tensor] = []
+        self.used = 0
+
+    def keep(self, fp: torch.Tensor) -> int:
+        if self.used == len(self.blocks) * self.BLOCK:
+            pinned = self.device.type == "cuda"
+            self.blocks.append(torch.zeros((self.BLOCK, self.width), dtype=torch.int64, pin_memory=pinned))
+        slot = self.used
+        self.blocks[slot // self.BLOCK][slot % self.BLOCK].copy_(fp, non_blocking=True)
+        self.used += 1
+        return slot
+
+    def wait(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def row(self, slot: int) -> torch.Tensor:
+        return self.blocks[slot // self.BLOCK][slot % self.BLOCK]
+
+    def same(self, a: int, b: int) -> bool:
+        """After `wait`."""
+        return torch.equal(self.row(a), self.row(b))

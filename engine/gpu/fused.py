@@ -70,9 +70,13 @@ __device__ u64 order_key(double v) { return isnan(v) ? 0x7ff0000000000001ull : (
 #define GRID_STRIDE(i, n) \
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
 
-template <typename B> __global__ void fingerprint(const B* x, long long n, u64* out) {
+__device__ __forceinline__ u64 fmix64(u64 k) {
+    k ^= k >> 33; k *= 0xff51afd7ed558ccdull; k ^= k >> 33; k *= 0xc4ceb9fe1a85ec53ull; return k ^ (k >> 33);
+}
+
+template <typename B> __global__ void fingerprint(const B* x, long long n, u64 key, u64* out) {
     u64 h = 0;
-    GRID_STRIDE(i, n) h += (u64)(long long)x[i] * ((u64)i * 2654435761ull + 1ull);
+    GRID_STRIDE(i, n) h += fmix64((u64)(long long)x[i] ^ ((u64)i * 0x9e3779b97f4a7c15ull) ^ key);
     h = warp_sum(h);
     if ((threadIdx.x & 31) == 0) atomicAdd(out, h);
 }
@@ -261,14 +265,16 @@ def usable(t: torch.Tensor) -> bool:
     return t.is_cuda and t.element_size() in _BITS_TYPES
 
 
-def fingerprint(bits: torch.Tensor) -> torch.Tensor:
-    """Σ bits[i] · (i · 2654435761 + 1) over a flat integer view, mod 2⁶⁴, as an int64 tensor of one element
+def fingerprint(bits: torch.Tensor, key: int) -> torch.Tensor:
+    """Σ fmix64(bits[i] ^ i·φ ^ key) over a flat integer view, mod 2⁶⁴, as an int64 tensor of one element
     (the same number engine/gpu/datacache.py's PyTorch form gives); enqueued on the current stream."""
+    import numpy as np
+
     out = torch.zeros(1, dtype=torch.int64, device=bits.device)
     n = bits.numel()
     if n:
         _Launcher(bits.device)(f"fingerprint<{_BITS_TYPES[bits.element_size()]}>", n, bits.data_ptr(), n,
-                               out.data_ptr())
+                               np.uint64(key), out.data_ptr())
     return out[0]
 
 

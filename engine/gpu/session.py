@@ -24,8 +24,7 @@ from __future__ import annotations
 import os
 import random
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +35,7 @@ from ptxbench.engine.categories import OK, STAGE_OF, worst
 from ptxbench.engine.gpu import at_rest, sol
 from ptxbench.engine.gpu.buffers import Arena
 from ptxbench.engine.gpu.datacache import (
-    DataCache, FreshSets, TaskData, fingerprint,
+    DataCache, FreshSets, TaskData, draw, fingerprint,
 )
 from ptxbench.engine.gpu.launch import (
     CudaFailure, Module, PreparedLaunch, check_params, encode_tensor_map, prepare_launch, synchronize,
@@ -82,12 +81,6 @@ class Bench:
     def run(self) -> None:
         for launch in self.launches:
             launch()
-
-    @contextmanager
-    def reading(self, data: TaskData) -> Iterator[None]:
-        """A cached set plain for the harness's own work on this bench's stream (no candidate launch inside)."""
-        with torch.cuda.stream(self.stream), data.opened():
-            yield
 
 
 @dataclass
@@ -156,7 +149,7 @@ class Session:
         """Why the next candidate should get a fresh worker: what this one leaves behind that a reset cannot
         reach (a local-memory reservation the driver keeps at its largest, a device malloc heap)."""
         try:
-            torch.cuda.empty_cache()
+            at_rest.release(self.device)
             grown = self._memory_outside_torch() - self._outside_torch
         except Exception as exc:  # a fault the job did not see as sticky: start afresh
             return f"the device could not be measured after the job ({type(exc).__name__})"
@@ -231,8 +224,9 @@ class Session:
 
     def _judge_size(self, job: Job, task: TaskSpec, module: Module, index: int, plan: SizePlan,
                     emit: Emit) -> SizeResult:
+        data: list[TaskData] = []
         try:
-            return self._judge_size_inner(job, task, module, index, plan, emit)
+            return self._judge_size_inner(job, task, module, index, plan, emit, data)
         except torch.cuda.OutOfMemoryError as exc:
             # The harness's own allocations fail only when the candidate's demands (its buffers, the local
             # memory its kernels reserve) leave the device without room: a verdict, and a fresh worker next.
@@ -242,9 +236,12 @@ class Session:
             out.message = (f"the device ran out of memory while this candidate was judged ({free / 2**30:.1f} of "
                            f"{total / 2**30:.0f} GiB free): {str(exc).splitlines()[0][:300]}")
             return out
+        finally:
+            for d in data:          # no reference outlives the size (the next candidate meets the same sets)
+                d.release()
 
     def _judge_size_inner(self, job: Job, task: TaskSpec, module: Module, index: int, plan: SizePlan,
-                          emit: Emit) -> SizeResult:
+                          emit: Emit, data: list[TaskData]) -> SizeResult:
         out = SizeResult(index, plan.split, dict(plan.sizes), OK)
 
         def fail(category: str, message: str, detail: dict[str, Any] | None = None) -> SizeResult:
@@ -263,9 +260,14 @@ class Session:
             return fail(exc.category, str(exc), exc.evidence())
 
         self._phase(emit, "prepare", index, TRUSTED_DEADLINE_S, False)
-        data = [self.cache.get(task, plan.sizes, seed) for seed in plan.seeds]
+        data.extend(self.cache.get(task, plan.sizes, seed) for seed in plan.seeds)
+        # One more trial on a set drawn for this job alone: the shared seeds' answers, kept by an earlier
+        # candidate where no reset reaches, cannot pass it.
+        own_seed = _secret_seed()
+        data.append(draw(task, plan.sizes, own_seed, self.device, lazy=True))
+        seeds = (*plan.seeds, own_seed)
         # What each set was when drawn, checked just now by the cache: the harness's copies before this size.
-        prints = [d.seal if d.seal is not None else fingerprint(d).cpu() for d in data]
+        prints = [d.seal if d.seal is not None else fingerprint(d, reference=False).cpu() for d in data]
         checks = Checks(task.tolerance.metric, {t.name: task.tolerance.max_for(t.name) for t in task.outputs},
                         {t.name: task.tolerance.element_for(t.name, t.dtype) for t in task.outputs})
         try:
@@ -277,15 +279,15 @@ class Session:
             return fail("launch_config", f"the buffers this launch needs do not fit in the device's memory: "
                                          f"{str(exc).splitlines()[0]}")
         torch.cuda.synchronize(self.device)     # the data cache draws on the default stream
-        # What the allocators hold free still holds what was computed in it (drawing these sets, an earlier
-        # candidate's library run on the same seeds): zeroed before this candidate's first launch.
+        # What the allocators keep still holds what was computed in it (an earlier candidate's references and
+        # library run on these same sets): zeroed before this candidate's first launch.
         at_rest.scrub(self.device)
 
-        for t, (seed, d) in enumerate(zip(plan.seeds, data)):
+        verify_s = 0.0
+        for t, (seed, d) in enumerate(zip(seeds, data)):
             self._phase(emit, "launch", index, job.launch_timeout_s, True, t)
             try:
-                with bench.reading(d):
-                    bench.reset(d)
+                bench.reset(d)
                 with torch.cuda.stream(self.stream):
                     bench.arena.arm()
                 began = time.perf_counter()
@@ -299,8 +301,9 @@ class Session:
                 self._settle(index, f"size {index} trial {t}")
                 return fail(exc.category, str(exc), exc.evidence())
             self._phase(emit, "verify", index, TRUSTED_DEADLINE_S, False, t)
-            with bench.reading(d):
-                verdict = checks.verify(bench.arena, d)
+            began = time.perf_counter()
+            verdict = checks.verify(bench.arena, d)     # the set's reference is computed now, after the run
+            verify_s = max(verify_s, time.perf_counter() - began)
             out.trials.append(TrialResult(seed, verdict.category, verdict.errors, verdict.worst, verdict.detail,
                                           round(launch_s * 1e3, 4)))
 
@@ -321,9 +324,10 @@ class Session:
             self._phase(emit, "prepare", index, TRUSTED_DEADLINE_S, False)
             pool = FreshSets(task, plan.sizes, self.device)
             torch.cuda.synchronize(self.device)
-            # Every round draws a new set (and a checked one computes its reference): the harness's own work.
-            drawing = max(d.draw_s for d in data) * (job.timing.max_reps + job.timing.min_reps // 4 +
-                                                     2 * job.timing.warmup + 2)
+            # Every round draws a new set (and a checked one computes its reference and is verified, counted here
+            # as if every round were): the harness's own work.
+            drawing = (max(d.draw_s for d in data) + verify_s) * (job.timing.max_reps + job.timing.min_reps // 4 +
+                                                                  2 * job.timing.warmup + 2)
             self._phase(emit, "time", index,
                         job.launch_timeout_s + 3 * estimate_timing_seconds(trial_s, job.timing) + drawing, True)
             try:
@@ -413,16 +417,17 @@ class Session:
         set whose reference is known: it does the same work."""
         from ptxbench.tasks.baselines import library_fn
 
-        errors = {}
-        with bench.reading(known):
-            bench.reset(known)
+        bench.reset(known)
+        with torch.cuda.stream(self.stream):
             made = library_fn(task, bench.arena.tensors("input"), plan.sizes)
             bench.reset(known)
             made.fn()
-            for name, got in made.outputs.items():
-                ref = known.reference[name].reshape(-1).to(torch.float32)
-                diff = got.reshape(-1).to(torch.float32) - ref
-                errors[name] = float(torch.linalg.vector_norm(diff) / torch.linalg.vector_norm(ref).clamp_min(1e-30))
+        self.stream.synchronize()
+        errors = {}
+        for name, got in made.outputs.items():
+            ref = known.reference[name].reshape(-1).to(torch.float32)
+            diff = got.reshape(-1).to(torch.float32) - ref
+            errors[name] = float(torch.linalg.vector_norm(diff) / torch.linalg.vector_norm(ref).clamp_min(1e-30))
         ok = all(e <= checks.limits[name] for name, e in errors.items())
         check = {"rel_l2": errors, "within_tolerance": ok, **({"how": made.note} if made.note else {})}
         return made.fn, made.name, check
@@ -487,14 +492,15 @@ class Session:
 
     def _check_harness(self, out: SizeResult, task: TaskSpec, plan: SizePlan, data: list[TaskData],
                        prints: list[torch.Tensor]) -> None:
-        """The pristine inputs and references are the harness's: if the candidate wrote into them, say so."""
-        names = [f"seed {s}" for s in plan.seeds] + ["the timing set"] * (len(data) - len(plan.seeds))
-        changed = [name for name, d, before in zip(names, data, prints) if not torch.equal(fingerprint(d).cpu(), before)]
+        """The pristine inputs are the harness's: if the candidate wrote into them, say so."""
+        names = [f"seed {s}" for s in plan.seeds] + ["the job's own set"] * (len(data) - len(plan.seeds))
+        changed = [name for name, d, before in zip(names, data, prints)
+                   if not torch.equal(fingerprint(d, reference=False).cpu(), before)]
         if changed:
             for seed in plan.seeds:
                 self.cache.drop(task, plan.sizes, seed)
             out.category, out.stage = "suspected_reward_hack", STAGE_OF["suspected_reward_hack"]
-            out.message = (f"the harness's own copies of the inputs or references ({', '.join(changed)}) changed "
+            out.message = (f"the harness's own copies of the inputs ({', '.join(changed)}) changed "
                            "while the candidate ran: it wrote outside its buffers")
 
 
