@@ -44,6 +44,12 @@ class Mutation:
     # "heldout": the defect shows only at held-out sizes (a generalization failure: the
     # train verdict is ok and the held-out measurements carry `expect`).
     shows_at: str = "train"
+    # Categories the defect may show instead, where a race or the drawn inputs decide (a missing fence
+    # reads stale values that are sometimes NaN): each is the same defect seen another way.
+    also: tuple[str, ...] = ()
+
+    def shows(self, category: str) -> bool:
+        return category == self.expect or category in self.also
 
     @property
     def source(self) -> str:
@@ -88,7 +94,8 @@ def load_mutations(path: Path = MUTATIONS_FILE) -> list[Mutation]:
         shows_at = m.get("shows_at", "train")
         if shows_at not in ("train", "heldout"):
             raise MutationError(f"{where}: shows_at must be train or heldout")
-        out.append(Mutation(m["id"], m["task"], m["what"], m["expect"], m["fix"].strip(), tuple(edits), shows_at))
+        out.append(Mutation(m["id"], m["task"], m["what"], m["expect"], m["fix"].strip(), tuple(edits), shows_at,
+                            tuple(m.get("also", ()))))
     return out
 
 
