@@ -25,6 +25,7 @@ import datetime
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -191,7 +192,8 @@ def run(args: argparse.Namespace) -> int:
     }
     if "tests" in parts:
         left = args.budget_s - (time.monotonic() - began) - (args.bench_s if "bench" in parts else 0)
-        report["tests"] = run_tests(out, env, max(60.0, left), args.pytest.split())
+        # Split as a shell would: `--pytest "tests/hostile -k 'a or b'"` keeps its expression whole.
+        report["tests"] = run_tests(out, env, max(60.0, left), shlex.split(args.pytest))
     if "bench" in parts:
         report["benchmark"] = run_benchmark(out, env, args.n, max(60.0, args.budget_s - (time.monotonic() - began)))
     report["seconds"] = round(time.monotonic() - began, 2)
