@@ -94,8 +94,11 @@ def load_mutations(path: Path = MUTATIONS_FILE) -> list[Mutation]:
         shows_at = m.get("shows_at", "train")
         if shows_at not in ("train", "heldout"):
             raise MutationError(f"{where}: shows_at must be train or heldout")
+        also = m.get("also", [])
+        if not isinstance(also, list) or not all(isinstance(c, str) for c in also):
+            raise MutationError(f"{where}: also must be a list of category names")
         out.append(Mutation(m["id"], m["task"], m["what"], m["expect"], m["fix"].strip(), tuple(edits), shows_at,
-                            tuple(m.get("also", ()))))
+                            tuple(also)))
     return out
 
 

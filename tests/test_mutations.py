@@ -33,6 +33,15 @@ def test_a_pattern_that_no_longer_matches_fails_loudly(tmp_path):
         mutations.apply(m, tmp_path)
 
 
+def test_also_must_be_a_list_of_names(tmp_path):
+    """A bare string would otherwise be read as its letters."""
+    bad = tmp_path / "mutations.toml"
+    bad.write_text('[[mutation]]\nid = "x"\ntask = "vector_add_smoke"\nwhat = "w"\nexpect = "wrong_result"\n'
+                   'also = "nan_inf"\nfix = "f"\n[[mutation.edit]]\nfind = "a"\n')
+    with pytest.raises(mutations.MutationError, match="also must be a list"):
+        mutations.load_mutations(bad)
+
+
 def test_the_recorded_seed_matches_the_corpus():
     """Every variant has a recorded evaluation made from exactly the code it makes today.
 
