@@ -126,7 +126,7 @@ class DataCache:
         if key in self._entries:
             self._entries.move_to_end(key)
             entry = self._entries[key]
-            if entry.seal is not None and torch.equal(fingerprint(entry, reference=False).cpu(), entry.seal):
+            if entry.seal is not None and torch.equal(fingerprint(entry).cpu(), entry.seal):
                 self.hits += 1
                 return entry
             self.corrupted += 1
@@ -137,7 +137,7 @@ class DataCache:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         data.draw_s = time.perf_counter() - started
-        data.seal = fingerprint(data, reference=False).cpu()      # where no kernel can write it
+        data.seal = fingerprint(data).cpu()      # where no kernel can write it
         self._entries[key] = data
         self._evict(key)
         return data
@@ -181,12 +181,13 @@ def _shifted(x: torch.Tensor) -> torch.Tensor:
     return x ^ ((x >> 33) & ((1 << 31) - 1))        # a logical shift of the 64 bits
 
 
-def fingerprint(data: TaskData, *, reference: bool = True) -> torch.Tensor:
-    """Σ fmix64(bits[i] ^ i·φ ^ key) over each of the harness's copies, mod 2⁶⁴ (MurmurHash3's finalizer:
-    a permutation or any change of bits shows, and without the key no one can say how): a candidate that
-    writes into them is seen. `reference=False`: the inputs alone (a lazy reference is not computed)."""
+def fingerprint(data: TaskData) -> torch.Tensor:
+    """Σ fmix64(bits[i] ^ i·φ ^ key) over each of the harness's input copies, mod 2⁶⁴ (MurmurHash3's
+    finalizer: a permutation or any change of bits shows, and without the key no one can say how): a
+    candidate that writes into them is seen. References are left out: one is made only after the run it
+    checks, so no candidate launch can reach it, and reading it here would compute a lazy one early."""
     parts = []
-    for t in (*data.inputs.values(), *(data.reference.values() if reference else ())):
+    for t in data.inputs.values():
         bits = bits_view(t)
         if fused.ENABLED and fused.usable(bits):
             parts.append(fused.fingerprint(bits, FINGERPRINT_KEY))
@@ -229,7 +230,7 @@ class FreshSets(Sequence[TaskData]):
         assert self._last is not None and self._last[0] == k, "confirm follows its own round's reset"
         data = self._last[1]
         assert data.seal_slot is not None
-        self._sealed.append((k, data.seal_slot, self._seals.keep(fingerprint(data, reference=False))))
+        self._sealed.append((k, data.seal_slot, self._seals.keep(fingerprint(data))))
 
     def tampered(self) -> list[int]:
         """Checked sets whose inputs changed while the candidate ran (waits for the stream). A list of rounds,
@@ -251,7 +252,7 @@ class FreshSets(Sequence[TaskData]):
         if self._last is None or self._last[0] != k:
             seed = (self.base + 7919 * k) % (1 << 62)
             data = draw(self.task, self.sizes, seed, self.device, lazy=True, fast=True)
-            data.seal_slot = self._seals.keep(fingerprint(data, reference=False))     # enqueued: every round alike
+            data.seal_slot = self._seals.keep(fingerprint(data))     # enqueued: every round alike
             self._last = (k, data)
         return self._last[1]
 
@@ -272,8 +273,8 @@ class _HostSeals:
             pinned = self.device.type == "cuda"
             self.blocks.append(torch.zeros((self.BLOCK, self.width), dtype=torch.int64, pin_memory=pinned))
         slot = self.used
-        self.blocks[slot // self.BLOCK][slot % self.BLOCK].copy_(fp, non_blocking=True)
         self.used += 1
+        self.row(slot).copy_(fp, non_blocking=True)
         return slot
 
     def wait(self) -> None:

@@ -267,7 +267,7 @@ class Session:
         data.append(draw(task, plan.sizes, own_seed, self.device, lazy=True))
         seeds = (*plan.seeds, own_seed)
         # What each set was when drawn, checked just now by the cache: the harness's copies before this size.
-        prints = [d.seal if d.seal is not None else fingerprint(d, reference=False).cpu() for d in data]
+        prints = [d.seal if d.seal is not None else fingerprint(d).cpu() for d in data]
         checks = Checks(task.tolerance.metric, {t.name: task.tolerance.max_for(t.name) for t in task.outputs},
                         {t.name: task.tolerance.element_for(t.name, t.dtype) for t in task.outputs})
         try:
@@ -495,7 +495,7 @@ class Session:
         """The pristine inputs are the harness's: if the candidate wrote into them, say so."""
         names = [f"seed {s}" for s in plan.seeds] + ["the job's own set"] * (len(data) - len(plan.seeds))
         changed = [name for name, d, before in zip(names, data, prints)
-                   if not torch.equal(fingerprint(d, reference=False).cpu(), before)]
+                   if not torch.equal(fingerprint(d).cpu(), before)]
         if changed:
             for seed in plan.seeds:
                 self.cache.drop(task, plan.sizes, seed)
