@@ -37,6 +37,7 @@ from ptxbench.engine.gpu.buffers import Arena
 from ptxbench.engine.gpu.datacache import (
     DataCache, FreshSets, TaskData, draw, fingerprint,
 )
+from ptxbench.engine.gpu.l2 import LINE, L2Flush
 from ptxbench.engine.gpu.launch import (
     CudaFailure, Module, PreparedLaunch, check_params, encode_tensor_map, prepare_launch, synchronize,
 )
@@ -134,8 +135,7 @@ class Session:
         share = float(os.environ.get("PTXBENCH_REFERENCE_CACHE", "0.4"))
         self.cache = DataCache(self.device, int(props.total_memory * min(max(share, 0.05), 0.7)))
         self.peaks = peaks
-        self._flush: torch.Tensor | None = None
-        self._flush_bytes = 0
+        self._flush: L2Flush | None = None
         self.recycle: str | None = None
         self._outside_torch = self._memory_outside_torch()
 
@@ -159,10 +159,10 @@ class Session:
             return "the kernel allocates from the device heap, which outlives it"
         return None
 
-    def flush_buffer(self, nbytes: int) -> torch.Tensor:
-        if self._flush is None or self._flush_bytes != nbytes:
-            self._flush = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
-            self._flush_bytes = nbytes
+    def l2_flush(self, nbytes: int) -> L2Flush:
+        if self._flush is None or self._flush.nbytes != nbytes // LINE * LINE:
+            self._flush = None                      # the old buffer goes before the new one is made
+            self._flush = L2Flush(nbytes, self.device)
         return self._flush
 
     def sync(self, what: str) -> None:
@@ -377,7 +377,7 @@ class Session:
         secret = _secret_seed()
         rng = random.Random(secret)
         try:
-            timed = time_interleaved(self.stream, self.flush_buffer(job.timing.flush_bytes), _Lazy(timed_set, len(pool)),
+            timed = time_interleaved(self.stream, self.l2_flush(job.timing.flush_bytes), _Lazy(timed_set, len(pool)),
                                      job.timing, lambda: self.sync(f"size {index} timing"), rng)
         except CudaFailure as exc:
             if exc.sticky:
