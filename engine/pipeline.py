@@ -28,6 +28,8 @@ from typing import Any
 from ptxbench.engine import ENGINE_VERSION
 from ptxbench.engine.candidate import Candidate
 from ptxbench.engine.categories import CORRECT, OK, SKIPPED_PREFIX, STAGE_OF, worst
+from ptxbench.engine.coverage import SYMBOL as COVERAGE_SYMBOL
+from ptxbench.engine.coverage import states as coverage_states
 from ptxbench.engine.extract import ExtractResult
 from ptxbench.engine.gpu.protocol import (
     ArgPlan, DeviceInfo, Job, LaunchPlan, ScratchPlan, SizePlan, SizeResult, TensorMapPlan,
@@ -217,8 +219,9 @@ def judge(
     out.evidence["seeds"] = list(seeds)
     plans, decided = plan_sizes(cand, spec, static.ptx, device.num_sms, seeds=seeds, sizes=sizes,
                                 resources=static.resources)
-    measured = _run_plans(runner, spec, static.cubin, plans, timing or TimingConfig(), launch_timeout_s, budget_s,
+    measured = _run_plans(runner, spec, static, plans, timing or TimingConfig(), launch_timeout_s, budget_s,
                           note, out)
+    _judge_coverage(static, measured, out)
     out.measurements = _in_size_order(spec, sizes, decided + measured)
     _summarise(out)
     if sanitize or executed:
@@ -245,7 +248,7 @@ def judge(
     return out
 
 
-def _run_plans(runner: Runner, task: TaskSpec, cubin: bytes, plans: list[SizePlan], timing: TimingConfig,
+def _run_plans(runner: Runner, task: TaskSpec, static: StaticVerdict, plans: list[SizePlan], timing: TimingConfig,
                launch_timeout_s: float, budget_s: float, note: Callable[..., None],
                out: Judgement) -> list[SizeMeasurement]:
     """Send the plans to the worker; after a hang or crash, give each split not yet reached one fresh worker.
@@ -265,7 +268,10 @@ def _run_plans(runner: Runner, task: TaskSpec, cubin: bytes, plans: list[SizePla
                                         message=f"not run: the candidate's GPU-time budget of {budget_s:g} s is used up")
                         for p in pending]
             break
-        job = Job(task.id, cubin, tuple(pending), timing, launch_timeout_s, budget_s=budget_s - spent)
+        assert static.cubin is not None
+        job = Job(task.id, static.cubin, tuple(pending), timing, launch_timeout_s, budget_s=budget_s - spent,
+                  coverage_cubin=static.coverage_cubin, coverage_symbol=COVERAGE_SYMBOL,
+                  coverage_slots=len(static.coverage.get("families", ())))
         stages = _Stages(note)
         stages.enter("run")
         result = runner.judge(job, on_event=stages.on_event)
@@ -324,8 +330,42 @@ class _Stages:
             self.enter(self._STAGE_OF_PHASE[event["phase"]])
 
 
+def _judge_coverage(static: StaticVerdict, measured: list[SizeMeasurement], out: Judgement) -> None:
+    """The marked copy's slots, size by size (engine/coverage.py): a train size that passed but where a
+    requested family never ran is `required_not_executed`; held-out sizes say so as information (an honest
+    kernel may take a plainer path at an awkward size)."""
+    families, tokens = static.coverage.get("families"), static.coverage.get("tokens")
+    if not families or not tokens:
+        if static.require and static.category == OK:
+            out.evidence["coverage"] = {"note": static.coverage.get("error", "no marked copy was made")}
+        return
+    rows, ran_everywhere = [], None
+    for m in measured:
+        slots, why = m.detail.pop("coverage", None), m.detail.pop("coverage_note", "")
+        if slots is None:
+            if why:
+                rows.append({"split": m.split, "sizes": m.sizes, "note": why})
+            continue
+        states = coverage_states(families, tokens, slots)
+        rows.append({"split": m.split, "sizes": m.sizes, "families": states})
+        missing = [f for f, state in states.items() if state != "ran"]
+        if m.split == "train":
+            ran_everywhere = (ran_everywhere is not False) and not missing
+        if missing and m.split == "train" and m.category == OK:
+            m.category = "required_not_executed"
+            m.message = (f"the requested {', '.join(missing)} never ran at this size: the marked copy of the "
+                         f"candidate left no mark ({', '.join(f'{f}: {states[f]}' for f in missing)})")
+    out.evidence["coverage"] = {"families": families, "sites": static.coverage.get("sites"), "sizes": rows}
+    if ran_everywhere is not None:
+        out.executed = ran_everywhere
+
+
 def _measurement(r: SizeResult) -> SizeMeasurement:
     m = SizeMeasurement(r.split, dict(r.sizes), r.category, r.max_error, r.worst, message=r.message)
+    if r.coverage is not None:
+        m.detail["coverage"] = r.coverage
+    if r.coverage_note:
+        m.detail["coverage_note"] = r.coverage_note
     m.detail = {"trials": [{"seed": t.seed, "category": t.category, "errors": t.errors, "launch_ms": t.launch_ms,
                             **({"detail": t.detail} if t.detail else {})} for t in r.trials]}
     if r.timing is not None:
