@@ -362,12 +362,12 @@ def _judge_coverage(static: StaticVerdict, measured: list[SizeMeasurement], out:
 
 def _measurement(r: SizeResult) -> SizeMeasurement:
     m = SizeMeasurement(r.split, dict(r.sizes), r.category, r.max_error, r.worst, message=r.message)
-    if r.coverage is not None:
-        m.detail["coverage"] = r.coverage
-    if r.coverage_note:
-        m.detail["coverage_note"] = r.coverage_note
     m.detail = {"trials": [{"seed": t.seed, "category": t.category, "errors": t.errors, "launch_ms": t.launch_ms,
                             **({"detail": t.detail} if t.detail else {})} for t in r.trials]}
+    if r.coverage is not None:
+        m.detail["coverage"] = r.coverage       # read by _judge_coverage, which keeps what the slots mean instead
+    if r.coverage_note:
+        m.detail["coverage_note"] = r.coverage_note
     if r.timing is not None:
         t = r.timing
         m.time_ms, m.time_spread, m.tflops, m.sol_fraction = t.time_ms, t.spread, t.tflops, t.sol_fraction

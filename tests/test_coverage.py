@@ -3,6 +3,7 @@ assembled by the real ptxas, the marks' slots in the cubin, and how the slots re
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from ptxbench.engine.cache import Cache
 from ptxbench.engine.coverage import SYMBOL, instrument, states
 from ptxbench.engine.families import get_family
 from ptxbench.engine.gpu.module_state import data_sections
+from ptxbench.engine.gpu.protocol import dumps
 from ptxbench.engine.inspect import ptx_census, ptx_statement_spans, ptx_statements
 from ptxbench.engine.pipeline import Judgement, SizeMeasurement, _judge_coverage
 from ptxbench.engine.static import judge_static
@@ -159,3 +161,14 @@ def test_a_forged_mark_is_no_mark():
     assert measured[0].category == "required_not_executed" and out.executed is False
     out, measured = _judged(static, [("train", "ok", static.coverage["tokens"])])
     assert measured[0].category == "ok" and out.executed is True
+
+
+def test_the_worker_s_slots_reach_the_judgement():
+    from ptxbench.engine.gpu.protocol import SizeResult
+    from ptxbench.engine.pipeline import _measurement
+
+    sent = SizeResult(0, "train", {"N": 1}, "ok", coverage=[3, 0], coverage_note="")
+    m = _measurement(SizeResult.from_json(json.loads(dumps(sent))))
+    assert m.detail["coverage"] == [3, 0]
+    m = _measurement(SizeResult(0, "train", {"N": 1}, "ok", coverage_note="the marked copy did not load"))
+    assert m.detail["coverage_note"] == "the marked copy did not load" and "coverage" not in m.detail
