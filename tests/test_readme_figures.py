@@ -1,4 +1,4 @@
-"""The README's GPU figures are those of the newest GPU suite report (scripts/readme_figures.py)."""
+"""The README's GPU figures are those of the newest full GPU suite report (scripts/readme_figures.py)."""
 
 from __future__ import annotations
 
@@ -41,3 +41,11 @@ def test_a_report_fills_the_marked_sections_and_nothing_else():
     scaled = figures.render(text, {**report, "scale": scale}, "gpu-suite-x.json")
     assert "1.10 s per candidate (0.91 candidates/s)" in scaled and "1.37× one, categories DIFFERENT" in scaled
     assert figures.render(out, report, "gpu-suite-x.json") == out
+
+
+def test_a_follow_up_report_of_a_few_tests_leaves_the_figures_to_the_last_full_one(tmp_path):
+    full = {"date": "2026-12-01T10:00:00+00:00", "benchmark": {"batch": {}}, "tests": {"experts": [{"task": "t"}]}}
+    partial = {"date": "2026-12-01T11:00:00+00:00", "tests": {"tests": [{"outcome": "passed"}]}}
+    (tmp_path / "gpu-suite-20261201-1000.json").write_text(json.dumps(full))
+    (tmp_path / "gpu-suite-20261201-1100.json").write_text(json.dumps(partial))
+    assert figures.newest_report(tmp_path).name == "gpu-suite-20261201-1000.json"
