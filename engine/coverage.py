@@ -22,37 +22,42 @@ import secrets
 from dataclasses import dataclass, field
 
 from ptxbench.engine.families import get_family
-from ptxbench.engine.inspect import ptx_statement_spans, statement_parts
+from ptxbench.engine.inspect import mask_comments, ptx_statement_spans, statement_parts
 
-SYMBOL = "__ptxbench_coverage"
-_ADDRESS_SIZE = re.compile(r"^[ \t]*\.address_size\b[^\n]*", re.M)
-_TARGET = re.compile(r"^[ \t]*\.target\b[^\n]*", re.M)
+SYMBOL = "__ptxbench_coverage"            # the slots' name begins so; a suffix new each build ends it
+# The header directive itself, not its line: a comment opened after it on the same line may run on.
+_ADDRESS_SIZE = re.compile(r"^[ \t]*\.address_size[ \t]+\d+", re.M)
+_TARGET = re.compile(r"^[ \t]*\.target[ \t]+\w+(?:[ \t]*,[ \t]*\w+)*", re.M)
 
 
 @dataclass
 class Instrumented:
     ptx: str
+    symbol: str                              # the slots' module variable
     families: list[str]                      # slot i holds families[i]'s token once it ran
     tokens: list[int]
     sites: dict[str, int] = field(default_factory=dict)     # family → instructions marked
 
 
-def _mark(slot: int, token: int, guard: str) -> str:
-    a, v, t, q = "%ptxbench_a", "%ptxbench_v", "%ptxbench_t", "%ptxbench_q"
-    cond = guard.lstrip("@")
+def _mark(tag: str, symbol: str, slot: int, token: int, guard: str) -> str:
+    # Names new each build: no name of the candidate's can collide with them or be shadowed by them.
+    a, v, t, q = (f"%ptxbench_{tag}_{x}" for x in "avtq")
+    cond = guard[1:]
     compare = (f"setp.ne.and.u64 {q}, {v}, {t}, {cond};" if cond else f"setp.ne.u64 {q}, {v}, {t};")
-    return (f"{{ .reg .b64 {a}, {v}, {t}; .reg .pred {q}; mov.u64 {a}, {SYMBOL}; mov.u64 {t}, {token};"
+    return (f"{{ .reg .b64 {a}, {v}, {t}; .reg .pred {q}; mov.u64 {a}, {symbol}; mov.u64 {t}, {token};"
             f" ld.global.cg.u64 {v}, [{a}+{8 * slot}]; {compare} @{q} st.global.u64 [{a}+{8 * slot}], {t}; }} ")
 
 
 def instrument(ptx: str, families: list[str] | tuple[str, ...]) -> Instrumented | None:
-    """The marked copy, or None when there is nothing to mark (no family named, none of its
-    instructions in a function body) or no header to declare the slots after."""
+    """The marked copy, or None when there is nothing to mark (no family named, or a named one with no
+    instruction in a function body) or no header to declare the slots after."""
     names = list(dict.fromkeys(families))
     if not names:
         return None
     table = [get_family(f) for f in names]
     tokens = [secrets.randbits(63) | 1 for _ in names]      # never 0: an untouched slot reads 0
+    tag = secrets.token_hex(6)
+    symbol = f"{SYMBOL}_{tag}"
     inserts: list[tuple[int, str]] = []
     sites = dict.fromkeys(names, 0)
     for at, piece, depth in ptx_statement_spans(ptx):
@@ -62,18 +67,19 @@ def instrument(ptx: str, families: list[str] | tuple[str, ...]) -> Instrumented 
         if opcode is None:
             continue
         for slot, family in enumerate(table):
-            if family.matches_ptx(opcode):
-                inserts.append((at + offset, _mark(slot, tokens[slot], guard)))
+            if family.matches_ptx(opcode):          # every family it belongs to (st.async is two)
+                inserts.append((at + offset, _mark(tag, symbol, slot, tokens[slot], guard)))
                 sites[names[slot]] += 1
-                break
-    header = _ADDRESS_SIZE.search(ptx) or _TARGET.search(ptx)     # the slots are declared after the header
-    if not inserts or header is None:
+    # The header found outside comments: a declaration put inside one would declare nothing.
+    masked = mask_comments(ptx)
+    header = _ADDRESS_SIZE.search(masked) or _TARGET.search(masked)
+    if header is None or not all(sites.values()):
         return None
     out = ptx
     for pos, text in sorted(inserts, reverse=True):
         out = out[:pos] + text + out[pos:]
-    out = out[:header.end()] + f"\n.visible .global .align 8 .u64 {SYMBOL}[{len(names)}];" + out[header.end():]
-    return Instrumented(out, names, tokens, sites)
+    out = out[:header.end()] + f"\n.visible .global .align 8 .u64 {symbol}[{len(names)}];\n" + out[header.end():]
+    return Instrumented(out, symbol, names, tokens, sites)
 
 
 def states(families: list[str], tokens: list[int], slots: list[int]) -> dict[str, str]:

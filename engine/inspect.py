@@ -31,7 +31,7 @@ _STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
 # Directives that end at the line's end rather than at a semicolon.
 _LINE_DIRECTIVE = re.compile(r"^[ \t]*\.(loc|file|version|target|address_size|section)\b[^\n]*", re.M)
 _LABEL = re.compile(r"^[A-Za-z_$%][\w$]*\s*:(?!:)\s*")
-_GUARD = re.compile(r"^@!?[%\w$]+\s+")
+_GUARD = re.compile(r"^@\s*!?\s*[%\w$]+\s+")    # ptxas reads `@ %p` and `@! %p` as well
 _OPCODE = re.compile(r"^([a-z][\w]*(?:(?:\.|::)\w+)*)")
 
 def _statement_opcode(stmt: str) -> str | None:
@@ -47,19 +47,23 @@ def statement_parts(stmt: str) -> tuple[int, str, str | None]:
     guard = _GUARD.match(s)
     rest = s[guard.end():] if guard else s
     m = _OPCODE.match(rest)
-    return at, guard.group(0).strip() if guard else "", m.group(1) if m else None
+    return at, "".join(guard.group(0).split()) if guard else "", m.group(1) if m else None
 
 
 def _blank(m: re.Match[str]) -> str:
     return re.sub(r"[^\n]", " ", m.group(0))
 
 
-def _masked(ptx: str) -> str:
-    """The PTX with comments, string contents and line directives turned to spaces: every offset kept."""
+def mask_comments(ptx: str) -> str:
+    """The PTX with comments and string contents turned to spaces: every offset kept."""
     text = _BLOCK_COMMENT.sub(_blank, ptx)
     text = _LINE_COMMENT.sub(_blank, text)
-    text = _STRING.sub(lambda m: '"' + " " * (len(m.group(0)) - 2) + '"', text)
-    return _LINE_DIRECTIVE.sub(_blank, text)
+    return _STRING.sub(lambda m: '"' + " " * (len(m.group(0)) - 2) + '"', text)
+
+
+def _masked(ptx: str) -> str:
+    """mask_comments, and the line directives too."""
+    return _LINE_DIRECTIVE.sub(_blank, mask_comments(ptx))
 
 
 def ptx_statement_spans(ptx: str) -> list[tuple[int, str, int]]:

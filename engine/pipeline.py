@@ -28,7 +28,6 @@ from typing import Any
 from ptxbench.engine import ENGINE_VERSION
 from ptxbench.engine.candidate import Candidate
 from ptxbench.engine.categories import CORRECT, OK, SKIPPED_PREFIX, STAGE_OF, worst
-from ptxbench.engine.coverage import SYMBOL as COVERAGE_SYMBOL
 from ptxbench.engine.coverage import states as coverage_states
 from ptxbench.engine.extract import ExtractResult
 from ptxbench.engine.gpu.protocol import (
@@ -240,7 +239,9 @@ def judge(
             note("executed", "begin", None)
             report = run_executed(spec, static, smallest, device.index)
             out.evidence["executed"] = report
-            out.executed = report.get("executed")
+            counted = report.get("executed")
+            if counted is False or out.executed is None:    # either "not run" stands; else the marks' answer
+                out.executed = counted
             if out.executed is False and out.category == OK:
                 out.category, out.stage = "required_not_executed", STAGE_OF["required_not_executed"]
             note("executed", "end", None)
@@ -270,7 +271,7 @@ def _run_plans(runner: Runner, task: TaskSpec, static: StaticVerdict, plans: lis
             break
         assert static.cubin is not None
         job = Job(task.id, static.cubin, tuple(pending), timing, launch_timeout_s, budget_s=budget_s - spent,
-                  coverage_cubin=static.coverage_cubin, coverage_symbol=COVERAGE_SYMBOL,
+                  coverage_cubin=static.coverage_cubin, coverage_symbol=static.coverage.get("symbol", ""),
                   coverage_slots=len(static.coverage.get("families", ())))
         stages = _Stages(note)
         stages.enter("run")
@@ -333,31 +334,35 @@ class _Stages:
 def _judge_coverage(static: StaticVerdict, measured: list[SizeMeasurement], out: Judgement) -> None:
     """The marked copy's slots, size by size (engine/coverage.py): a train size that passed but where a
     requested family never ran is `required_not_executed`; held-out sizes say so as information (an honest
-    kernel may take a plainer path at an awkward size)."""
+    kernel may take a plainer path at an awkward size). `executed` is True only when every train size that
+    passed was looked at and every family ran there; False when one did not run; None when not measured."""
     families, tokens = static.coverage.get("families"), static.coverage.get("tokens")
     if not families or not tokens:
         if static.require and static.category == OK:
             out.evidence["coverage"] = {"note": static.coverage.get("error", "no marked copy was made")}
         return
-    rows, ran_everywhere = [], None
+    rows: list[dict[str, Any]] = []
+    looked, unseen, failed = 0, 0, False
     for m in measured:
         slots, why = m.detail.pop("coverage", None), m.detail.pop("coverage_note", "")
+        train_ok = m.split == "train" and m.category == OK
         if slots is None:
+            unseen += train_ok
             if why:
                 rows.append({"split": m.split, "sizes": m.sizes, "note": why})
             continue
         states = coverage_states(families, tokens, slots)
         rows.append({"split": m.split, "sizes": m.sizes, "families": states})
         missing = [f for f, state in states.items() if state != "ran"]
-        if m.split == "train":
-            ran_everywhere = (ran_everywhere is not False) and not missing
-        if missing and m.split == "train" and m.category == OK:
-            m.category = "required_not_executed"
-            m.message = (f"the requested {', '.join(missing)} never ran at this size: the marked copy of the "
-                         f"candidate left no mark ({', '.join(f'{f}: {states[f]}' for f in missing)})")
+        if train_ok:
+            looked += 1
+            if missing:
+                failed = True
+                m.category = "required_not_executed"
+                m.message = (f"the requested {', '.join(missing)} never ran at this size: the marked copy of the "
+                             f"candidate left no mark ({', '.join(f'{f}: {states[f]}' for f in missing)})")
     out.evidence["coverage"] = {"families": families, "sites": static.coverage.get("sites"), "sizes": rows}
-    if ran_everywhere is not None:
-        out.executed = ran_everywhere
+    out.executed = False if failed else (True if looked and not unseen else None)
 
 
 def _measurement(r: SizeResult) -> SizeMeasurement:

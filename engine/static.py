@@ -311,13 +311,15 @@ def _coverage_copy(verdict: StaticVerdict, ptx: str) -> None:
     new each build, so it is kept with the verdict instead."""
     marked = instrument(ptx, verdict.require)
     if marked is None:
-        verdict.coverage = {"error": "no instruction of a requested family in a function body to mark"}
+        verdict.coverage = {"error": "a requested family has no instruction in a function body to mark, or the "
+                                     "module no header to declare the marks after"}
         return
     asm = assemble(marked.ptx, "ptx", verdict.arch)
     if not asm.ok:
         verdict.coverage = {"error": f"the marked copy did not assemble: {asm.evidence[:400]}"}
         return
-    verdict.coverage = {"families": marked.families, "tokens": marked.tokens, "sites": marked.sites}
+    verdict.coverage = {"families": marked.families, "tokens": marked.tokens, "sites": marked.sites,
+                        "symbol": marked.symbol}
     verdict.coverage_cubin = asm.cubin
 
 

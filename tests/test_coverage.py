@@ -61,10 +61,12 @@ def test_marks_go_under_the_instructions_guard_and_after_its_label():
     assert marked is not None and marked.sites == {"mbarrier": 2}
     text = marked.ptx
     token = marked.tokens[0]
-    assert f".visible .global .align 8 .u64 {SYMBOL}[1];" in text
+    assert marked.symbol.startswith(SYMBOL + "_") and f".visible .global .align 8 .u64 {marked.symbol}[1];" in text
     # The guarded init: its mark compares under the same predicate.
-    assert "setp.ne.and.u64 %ptxbench_q, %ptxbench_v, %ptxbench_t, %p1; @%ptxbench_q st.global.u64" in text
-    assert f"mov.u64 %ptxbench_t, {token};" in text
+    tag = marked.symbol.rsplit("_", 1)[1]
+    q, v, t = (f"%ptxbench_{tag}_{x}" for x in "qvt")
+    assert f"setp.ne.and.u64 {q}, {v}, {t}, %p1; @{q} st.global.u64" in text
+    assert f"mov.u64 {t}, {token};" in text
     # The labelled arrive: the label still names the mark's first statement's line, before the instruction.
     line = next(ln for ln in text.splitlines() if ln.startswith("DONE:"))
     assert line.index("{ .reg") < line.index("mbarrier.arrive")
@@ -104,7 +106,7 @@ def test_every_expert_s_requested_instructions_are_marked_and_the_copy_assembles
         fam = get_family(name)
         assert cov["sites"][name] == sum(n for op, n in census.items() if fam.matches_ptx(op)) > 0
     assert verdict.coverage_cubin is not None
-    slots = [s for sec in data_sections(verdict.coverage_cubin) for s in sec.symbols if s.name == SYMBOL]
+    slots = [s for sec in data_sections(verdict.coverage_cubin) for s in sec.symbols if s.name == cov["symbol"]]
     assert slots and slots[0].size == 8 * len(task.families) and slots[0].is_global
 
 
