@@ -105,7 +105,7 @@ class StaticVerdict:
             "assembler_log": self.assembler_log,
             "cubin": {"bytes": len(self.cubin), "sha256": hashlib.sha256(self.cubin).hexdigest()}
             if self.cubin is not None else None,
-            "coverage": {k: v for k, v in self.coverage.items() if k != "tokens"},
+            "coverage": {k: v for k, v in self.coverage.items() if k not in ("tokens", "symbol")},   # new each build
             "tool_versions": dict(self.tool_versions),
             "seconds": {k: round(v, 4) for k, v in self.seconds.items()},
             "cached": self.cached,
