@@ -1,7 +1,8 @@
 """Does the harness's L2 flush evict lines a kernel marked to be evicted last?
 
-The timing loop flushes L2 before every run by zeroing a buffer of at least twice its size
-(engine/gpu/timing.py). PTX lets a kernel give its own lines an eviction priority
+The timing loop flushes L2 before every run by zeroing a buffer (256 MiB, TimingConfig.flush_bytes;
+engine/gpu/timing.py). This probe zeroes twice L2 (120 MiB on an H200), the size timing.py's docstring
+gave, not the harness's 256 MiB. PTX lets a kernel give its own lines an eviction priority
 (`createpolicy.fractional.L2::evict_last` with `ld.global.L2::cache_hint`, or
 `prefetch.global.L2::evict_last`). If the flush's normal-priority writes do not displace those lines,
 a kernel could keep its inputs in L2 from one round into the next and be timed warm, while the library
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     stream = torch.cuda.Stream(dev)
     cstream = cp.cuda.ExternalStream(stream.cuda_stream)
     sms = props.multi_processor_count
-    flush = torch.empty(2 * l2, dtype=torch.uint8, device=dev)    # the harness's size: twice L2
+    flush = torch.empty(2 * l2, dtype=torch.uint8, device=dev)    # twice L2 (the harness zeroes 256 MiB)
     sink = torch.zeros(1, dtype=torch.float32, device=dev)
 
     def launch(fn, grid, args_):
