@@ -30,7 +30,10 @@ def main() -> None:
         task = get_task(task_id)
         folder = task.expert_dir()
         assert folder is not None
-        runs = [judge_static(folder / "kernel.ptx", task, use_cache=False).seconds for _ in range(args.repeat)]
+        verdicts = [judge_static(folder / "kernel.ptx", task, use_cache=False) for _ in range(args.repeat)]
+        if any(v.coverage_cubin is None for v in verdicts):
+            raise SystemExit(f"{task_id}: no marked copy was made ({verdicts[0].coverage.get('error', 'no coverage')})")
+        runs = [v.seconds for v in verdicts]
         total, own, marked = (statistics.median(s.get(k, 0.0) for s in runs) for k in ("total", "assemble", "coverage"))
         print(f"{task_id:22s} static {total:.3f} s: the candidate's assembly {own:.3f} s, "
               f"the marked copy {marked:.3f} s ({marked / total:.0%} of the static stages)")
