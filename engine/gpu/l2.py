@@ -47,20 +47,26 @@ def _module() -> Any:
 
 
 class L2Flush:
-    """A flush buffer of `nbytes` on `device`; calling it enqueues the flush on the current stream."""
+    """A flush buffer of `nbytes` on `device`; calling it enqueues the flush on the current stream. What a
+    call needs (the kernels, their grids, the stream's CuPy handle) is made once: it runs twice a round."""
 
     def __init__(self, nbytes: int, device: torch.device) -> None:
         self.nbytes = nbytes // LINE * LINE
         self.device = device
         self.buffer = torch.empty(self.nbytes, dtype=torch.uint8, device=device)    # 512-byte aligned
-        self.blocks = torch.cuda.get_device_properties(device).multi_processor_count * 8
+        cap = torch.cuda.get_device_properties(device).multi_processor_count * 8
+        module = _module()
+        self._steps = [(module.get_function(name), (max(1, min(cap, math.ceil(n / THREADS))),), n)
+                       for name, n in (("fill_evict_last", self.nbytes // 16), ("discard_lines", self.nbytes // LINE))]
+        self._streams: dict[int, Any] = {}
 
     def __call__(self) -> None:
         import cupy
 
-        module = _module()
-        stream = cupy.cuda.ExternalStream(torch.cuda.current_stream(self.device).cuda_stream)
+        handle = torch.cuda.current_stream(self.device).cuda_stream
+        stream = self._streams.get(handle)
+        if stream is None:
+            stream = self._streams[handle] = cupy.cuda.ExternalStream(handle)
         ptr = self.buffer.data_ptr()
-        for name, n in (("fill_evict_last", self.nbytes // 16), ("discard_lines", self.nbytes // LINE)):
-            blocks = max(1, min(self.blocks, math.ceil(n / THREADS)))
-            module.get_function(name)((blocks,), (THREADS,), (ptr, n), stream=stream)
+        for kernel, grid, n in self._steps:
+            kernel(grid, (THREADS,), (ptr, n), stream=stream)
