@@ -33,8 +33,8 @@ COLUMNS: tuple[tuple[str, str, str, str], ...] = (
 )
 KEYS = (("model", "model"), ("arch", "arch"), ("task", "task"), ("context", "context"), ("T", "turn_budget"))
 NOTE = ("T: turn budget. train / held: correct at the train / held-out sizes. Rates are over trajectories whose fact is known (— where none is: correctness without a GPU). "
-        "+SASS: correct with every requested family in the machine code; + executed: and executed "
-        "(Nsight Compute), where measured. f_p: that, and faster than the library by p. best / geomean over "
+        "+SASS: correct with every requested family in the machine code; + executed: and seen to run at "
+        "every train size (the marked copy, or Nsight Compute), where measured. f_p: that, and faster than the library by p. best / geomean over "
         "correct trajectories; mean₀ over all, a failure counted as 0; p@k: pass@k. SoL: fraction of the speed of "
         "light of the best kernel. Paper: the paper's best published number for the task at that turn limit, "
         "theirs, on their H100/B200 (docs/headline.md).")

@@ -76,7 +76,7 @@ class HeadlineRow:
     correct_train: float | None
     correct_heldout: float | None
     correct_sass: float | None
-    correct_executed: float | None  # None: Nsight Compute measured none of them
+    correct_executed: float | None  # None: none was measured (no marked copy ran, no Nsight Compute)
     fast: dict[float, float | None]
     best_speedup: float | None
     best_sol_fraction: float | None

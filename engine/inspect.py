@@ -31,57 +31,83 @@ _STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
 # Directives that end at the line's end rather than at a semicolon.
 _LINE_DIRECTIVE = re.compile(r"^[ \t]*\.(loc|file|version|target|address_size|section)\b[^\n]*", re.M)
 _LABEL = re.compile(r"^[A-Za-z_$%][\w$]*\s*:(?!:)\s*")
-_GUARD = re.compile(r"^@!?[%\w$]+\s+")
+_GUARD = re.compile(r"^@\s*!?\s*[%\w$]+\s+")    # ptxas reads `@ %p` and `@! %p` as well
 _OPCODE = re.compile(r"^([a-z][\w]*(?:(?:\.|::)\w+)*)")
 
 def _statement_opcode(stmt: str) -> str | None:
-    s = stmt.strip()
+    return statement_parts(stmt)[2]
+
+
+def statement_parts(stmt: str) -> tuple[int, str, str | None]:
+    """Where a statement's instruction begins (past its labels), its guard (`@%p`, `@!%p` or ""), its opcode."""
+    s = stmt.lstrip()
+    at = len(stmt) - len(s)
     while m := _LABEL.match(s):
-        s = s[m.end():]
-    s = _GUARD.sub("", s, count=1)
-    m = _OPCODE.match(s)
-    return m.group(1) if m else None
+        s, at = s[m.end():], at + m.end()
+    guard = _GUARD.match(s)
+    rest = s[guard.end():] if guard else s
+    m = _OPCODE.match(rest)
+    return at, "".join(guard.group(0).split()) if guard else "", m.group(1) if m else None
 
 
-def ptx_statements(ptx: str) -> list[str]:
-    """The PTX cut into statements, comments and strings gone. A `{` opens a
-    block unless it follows an instruction name (or an `=`) in the same
-    statement, where it opens a vector operand or an initializer."""
-    text = _BLOCK_COMMENT.sub(" ", ptx)
-    text = _LINE_COMMENT.sub("", text)
-    text = _STRING.sub('""', text)
-    text = _LINE_DIRECTIVE.sub("", text)
-    statements: list[str] = []
-    start = 0
-    operand_depth = 0
-    buf: list[str] = []
+def _blank(m: re.Match[str]) -> str:
+    return re.sub(r"[^\n]", " ", m.group(0))
+
+
+def mask_comments(ptx: str) -> str:
+    """The PTX with comments and string contents turned to spaces: every offset kept."""
+    text = _BLOCK_COMMENT.sub(_blank, ptx)
+    text = _LINE_COMMENT.sub(_blank, text)
+    return _STRING.sub(lambda m: '"' + " " * (len(m.group(0)) - 2) + '"', text)
+
+
+def _masked(ptx: str) -> str:
+    """mask_comments, and the line directives too."""
+    return _LINE_DIRECTIVE.sub(_blank, mask_comments(ptx))
+
+
+def ptx_statement_spans(ptx: str) -> list[tuple[int, str, int]]:
+    """The PTX cut into statements: (offset in `ptx`, text with comments blanked, block depth). A `{`
+    opens a block unless it follows an instruction name (or an `=`) in the same statement, where it
+    opens a vector operand or an initializer; depth 1 is a function's body."""
+    text = _masked(ptx)
+    spans: list[tuple[int, str, int]] = []
+    start = begin = 0           # where the piece being read starts; where the statement began
+    operand_depth = depth = 0
+
+    def close(end: int, at_depth: int) -> None:
+        piece = text[begin:end]
+        if piece.strip():
+            spans.append((begin, piece, at_depth))
+
     for m in re.finditer(r"[;{}]", text):
-        piece = text[start:m.start()]
         start = m.end()
         ch = m.group(0)
         if ch == ";" and operand_depth == 0:
-            buf.append(piece)
-            statements.append("".join(buf))
-            buf = []
+            close(m.start(), depth)
+            begin = start
         elif ch == "{":
-            so_far = "".join(buf) + piece
+            so_far = text[begin:m.start()]
             if operand_depth or "=" in so_far or _statement_opcode(so_far):
                 operand_depth += 1
-                buf.append(piece + ch)
             else:
-                statements.append(so_far)
-                buf = []
+                close(m.start(), depth)
+                depth += 1
+                begin = start
         elif ch == "}":
             if operand_depth:
                 operand_depth -= 1
-                buf.append(piece + ch)
             else:
-                statements.append("".join(buf) + piece)
-                buf = []
-        else:
-            buf.append(piece + ch)
-    statements.append("".join(buf) + text[start:])
-    return [st.strip() for st in statements if st.strip()]
+                close(m.start(), depth)
+                depth = max(0, depth - 1)
+                begin = start
+    close(len(text), depth)
+    return spans
+
+
+def ptx_statements(ptx: str) -> list[str]:
+    """The PTX cut into statements, comments and strings gone (ptx_statement_spans)."""
+    return [" ".join(piece.split()) for _at, piece, _depth in ptx_statement_spans(ptx)]
 
 
 def ptx_census(ptx: str) -> Counter[str]:

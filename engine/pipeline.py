@@ -28,6 +28,7 @@ from typing import Any
 from ptxbench.engine import ENGINE_VERSION
 from ptxbench.engine.candidate import Candidate
 from ptxbench.engine.categories import CORRECT, OK, SKIPPED_PREFIX, STAGE_OF, worst
+from ptxbench.engine.coverage import states as coverage_states
 from ptxbench.engine.extract import ExtractResult
 from ptxbench.engine.gpu.protocol import (
     ArgPlan, DeviceInfo, Job, LaunchPlan, ScratchPlan, SizePlan, SizeResult, TensorMapPlan,
@@ -217,8 +218,9 @@ def judge(
     out.evidence["seeds"] = list(seeds)
     plans, decided = plan_sizes(cand, spec, static.ptx, device.num_sms, seeds=seeds, sizes=sizes,
                                 resources=static.resources)
-    measured = _run_plans(runner, spec, static.cubin, plans, timing or TimingConfig(), launch_timeout_s, budget_s,
+    measured = _run_plans(runner, spec, static, plans, timing or TimingConfig(), launch_timeout_s, budget_s,
                           note, out)
+    _judge_coverage(static, measured, out)
     out.measurements = _in_size_order(spec, sizes, decided + measured)
     _summarise(out)
     if sanitize or executed:
@@ -237,7 +239,9 @@ def judge(
             note("executed", "begin", None)
             report = run_executed(spec, static, smallest, device.index)
             out.evidence["executed"] = report
-            out.executed = report.get("executed")
+            counted = report.get("executed")
+            if counted is False or out.executed is None:    # either "not run" stands; else the marks' answer
+                out.executed = counted
             if out.executed is False and out.category == OK:
                 out.category, out.stage = "required_not_executed", STAGE_OF["required_not_executed"]
             note("executed", "end", None)
@@ -245,7 +249,7 @@ def judge(
     return out
 
 
-def _run_plans(runner: Runner, task: TaskSpec, cubin: bytes, plans: list[SizePlan], timing: TimingConfig,
+def _run_plans(runner: Runner, task: TaskSpec, static: StaticVerdict, plans: list[SizePlan], timing: TimingConfig,
                launch_timeout_s: float, budget_s: float, note: Callable[..., None],
                out: Judgement) -> list[SizeMeasurement]:
     """Send the plans to the worker; after a hang or crash, give each split not yet reached one fresh worker.
@@ -265,7 +269,10 @@ def _run_plans(runner: Runner, task: TaskSpec, cubin: bytes, plans: list[SizePla
                                         message=f"not run: the candidate's GPU-time budget of {budget_s:g} s is used up")
                         for p in pending]
             break
-        job = Job(task.id, cubin, tuple(pending), timing, launch_timeout_s, budget_s=budget_s - spent)
+        assert static.cubin is not None
+        job = Job(task.id, static.cubin, tuple(pending), timing, launch_timeout_s, budget_s=budget_s - spent,
+                  coverage_cubin=static.coverage_cubin, coverage_symbol=static.coverage.get("symbol", ""),
+                  coverage_slots=len(static.coverage.get("families", ())))
         stages = _Stages(note)
         stages.enter("run")
         result = runner.judge(job, on_event=stages.on_event)
@@ -324,10 +331,48 @@ class _Stages:
             self.enter(self._STAGE_OF_PHASE[event["phase"]])
 
 
+def _judge_coverage(static: StaticVerdict, measured: list[SizeMeasurement], out: Judgement) -> None:
+    """The marked copy's slots, size by size (engine/coverage.py): a train size that passed but where a
+    requested family never ran is `required_not_executed`; held-out sizes say so as information (an honest
+    kernel may take a plainer path at an awkward size). `executed` is True only when every train size that
+    passed was looked at and every family ran there; False when one did not run; None when not measured."""
+    families, tokens = static.coverage.get("families"), static.coverage.get("tokens")
+    if not families or not tokens:
+        if static.require and static.category == OK:
+            out.evidence["coverage"] = {"note": static.coverage.get("error", "no marked copy was made")}
+        return
+    rows: list[dict[str, Any]] = []
+    looked, unseen, failed = 0, 0, False
+    for m in measured:
+        slots, why = m.detail.pop("coverage", None), m.detail.pop("coverage_note", "")
+        train_ok = m.split == "train" and m.category == OK
+        if slots is None:
+            unseen += train_ok
+            if why:
+                rows.append({"split": m.split, "sizes": m.sizes, "note": why})
+            continue
+        states = coverage_states(families, tokens, slots)
+        rows.append({"split": m.split, "sizes": m.sizes, "families": states})
+        missing = [f for f, state in states.items() if state != "ran"]
+        if train_ok:
+            looked += 1
+            if missing:
+                failed = True
+                m.category = "required_not_executed"
+                m.message = (f"the requested {', '.join(missing)} never ran at this size: the marked copy of the "
+                             f"candidate left no mark ({', '.join(f'{f}: {states[f]}' for f in missing)})")
+    out.evidence["coverage"] = {"families": families, "sites": static.coverage.get("sites"), "sizes": rows}
+    out.executed = False if failed else (True if looked and not unseen else None)
+
+
 def _measurement(r: SizeResult) -> SizeMeasurement:
     m = SizeMeasurement(r.split, dict(r.sizes), r.category, r.max_error, r.worst, message=r.message)
     m.detail = {"trials": [{"seed": t.seed, "category": t.category, "errors": t.errors, "launch_ms": t.launch_ms,
                             **({"detail": t.detail} if t.detail else {})} for t in r.trials]}
+    if r.coverage is not None:
+        m.detail["coverage"] = r.coverage       # read by _judge_coverage, which keeps what the slots mean instead
+    if r.coverage_note:
+        m.detail["coverage_note"] = r.coverage_note
     if r.timing is not None:
         t = r.timing
         m.time_ms, m.time_spread, m.tflops, m.sol_fraction = t.time_ms, t.spread, t.tflops, t.sol_fraction

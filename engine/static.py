@@ -17,6 +17,7 @@ from ptxbench.engine.assemble import PTXAS_ARCHES, AssembleResult, assemble, ptx
 from ptxbench.engine.cache import Cache
 from ptxbench.engine.candidate import Candidate
 from ptxbench.engine.categories import OK, worst
+from ptxbench.engine.coverage import instrument
 from ptxbench.engine.cuda_build import nvcc_flags
 from ptxbench.engine.extract import ExtractResult, load_candidate_file
 from ptxbench.engine.inspect import EntryFamilies, FamilyRow, inspect
@@ -63,6 +64,10 @@ class StaticVerdict:
     seconds: dict[str, float] = field(default_factory=dict)
     cached: bool = False
     candidate: Candidate | None = None
+    # The marked copy the GPU worker runs once per size to see the requested families run (engine/coverage.py):
+    # families, tokens and sites, or why there is none; its cubin apart.
+    coverage: dict[str, Any] = field(default_factory=dict)
+    coverage_cubin: bytes | None = None
 
     @property
     def ok(self) -> bool:
@@ -100,6 +105,7 @@ class StaticVerdict:
             "assembler_log": self.assembler_log,
             "cubin": {"bytes": len(self.cubin), "sha256": hashlib.sha256(self.cubin).hexdigest()}
             if self.cubin is not None else None,
+            "coverage": {k: v for k, v in self.coverage.items() if k not in ("tokens", "symbol")},   # new each build
             "tool_versions": dict(self.tool_versions),
             "seconds": {k: round(v, 4) for k, v in self.seconds.items()},
             "cached": self.cached,
@@ -114,9 +120,12 @@ class StaticVerdict:
         report = self.to_dict()
         for key in ("task_id", "origin", "extract_evidence", "cached", "seconds", "cubin"):
             report.pop(key, None)
+        report["coverage"] = dict(self.coverage)
         blobs = {"ptx": self.ptx.encode("utf-8", "surrogatepass"), "sass": self.sass.encode("utf-8")}
         if self.cubin is not None:
             blobs["cubin"] = self.cubin
+        if self.coverage_cubin is not None:
+            blobs["coverage_cubin"] = self.coverage_cubin
         report["has_cubin"] = self.cubin is not None
         return report, blobs
 
@@ -131,6 +140,8 @@ class StaticVerdict:
         self.ptx = blobs.get("ptx", b"").decode("utf-8", "surrogatepass")
         self.sass = blobs.get("sass", b"").decode("utf-8")
         self.cubin = blobs.get("cubin") if report.get("has_cubin") else None
+        self.coverage = dict(report.get("coverage") or {})
+        self.coverage_cubin = blobs.get("coverage_cubin")
 
     def to_json(self, *, with_text: bool = False, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(with_text=with_text), indent=indent, default=str)
@@ -186,7 +197,7 @@ def judge_static(
     store = (cache if cache is not None else Cache()) if use_cache else None
     key = verdict_key(candidate, the_arch, wanted, spec) if store is not None else None
     if store is not None and key is not None:
-        hit = store.get(key, blobs=("cubin", "ptx", "sass"))
+        hit = store.get(key, blobs=("cubin", "ptx", "sass", "coverage_cubin"))
         if hit is not None:
             verdict.restore(*hit)
             verdict.cached = True
@@ -288,7 +299,28 @@ def _judge_candidate(verdict: StaticVerdict, candidate: Candidate, spec: TaskSpe
     verdict.evidence = result.evidence
     _judge_launches(verdict, candidate, launch, asm.ptx)
     verdict.tool_versions.update(tool_versions(("nvdisasm",)))
+    if verdict.category == OK and wanted:
+        t = time.perf_counter()
+        _coverage_copy(verdict, asm.ptx)
+        seconds["coverage"] = time.perf_counter() - t
     return False
+
+
+def _coverage_copy(verdict: StaticVerdict, ptx: str) -> None:
+    """The marked copy of a candidate that passed (engine/coverage.py). Not cached by content: its tokens are
+    new each build, so it is kept with the verdict instead."""
+    marked = instrument(ptx, verdict.require)
+    if marked is None:
+        verdict.coverage = {"error": "a requested family has no instruction in a function body to mark, or the "
+                                     "module no header to declare the marks after"}
+        return
+    asm = assemble(marked.ptx, "ptx", verdict.arch)
+    if not asm.ok:
+        verdict.coverage = {"error": f"the marked copy did not assemble: {asm.evidence[:400]}"}
+        return
+    verdict.coverage = {"families": marked.families, "tokens": marked.tokens, "sites": marked.sites,
+                        "symbol": marked.symbol}
+    verdict.coverage_cubin = asm.cubin
 
 
 def _launched(candidate: Candidate, launch: Any) -> list[str] | None:

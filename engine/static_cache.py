@@ -26,7 +26,7 @@ _TASKS = _ENGINE.parent / "tasks"
 _FINGERPRINT = source_fingerprint(
     *(_ENGINE / f"{m}.py" for m in ("static", "static_cache", "assemble", "ptxas_messages", "cuda_build", "inspect",
                                      "families", "ptx_calls", "sass", "launch_check", "manifest", "ptx_params", "candidate",
-                                     "toolchain")),
+                                     "toolchain", "coverage")),
     _TASKS / "expr.py", _TASKS / "spec.py",
 )
 

@@ -217,11 +217,15 @@ def summary_text(report: dict[str, Any]) -> str:
         counts: dict[str, int] = {}
         for t in tests["tests"]:
             counts[t["outcome"]] = counts.get(t["outcome"], 0) + 1
-        lines.append(f"Tests (`pytest -m gpu {' '.join(tests.get('selection', ['tests']))}`): {counts}" + (" — CUT OFF by the time limit" if tests.get("cut_off")
-                                                                      else "") + f", {tests['seconds']} s")
+        runs = tests.get("selections") or [" ".join(tests.get("selection", ["tests"]))]
+        lines.append(f"Tests ({'; '.join(f'`pytest -m gpu {r}`' for r in runs)}): {counts}"
+                     + (" — CUT OFF by the time limit" if tests.get("cut_off") else "") + f", {tests['seconds']} s")
         for t in tests["tests"]:
             if t["outcome"] not in ("passed", "skipped"):
                 lines.append(f"- {t['outcome']}: {t['name']} ({t['seconds']} s): {t['message'][:300]}")
+        for t in tests.get("superseded", []):
+            lines.append(f"- earlier, in {t.get('folder')}: {t['outcome']}: {t['name']}: {t['message'][:300]} "
+                         "(run again later; its later outcome is the one counted)")
         lines += ["", "| expert | category | held-out | speedup | TFLOP/s | of speed of light | library |",
                   "|---|---|---|---|---|---|---|"]
         for e in tests.get("experts", []):
@@ -258,7 +262,8 @@ def merge(args: argparse.Namespace) -> int:
     """One report from the folders of several runs on one commit: their tests, experts and benchmarks together,
     and any other reports (`--attach NAME=FILE`, e.g. the scale benchmark) under their names."""
     merged: dict[str, Any] = {"parts": [], "runs": []}
-    tests: dict[str, Any] = {"selection": [], "tests": [], "experts": [], "seconds": 0.0, "cut_off": False}
+    tests: dict[str, Any] = {"selection": [], "selections": [], "tests": [], "experts": [], "seconds": 0.0,
+                             "cut_off": False}
     for folder in map(Path, args.dirs):
         part = json.loads((folder / "gpu-suite.json").read_text())
         merged["parts"] += part.get("parts", [])
@@ -272,13 +277,19 @@ def merge(args: argparse.Namespace) -> int:
         t = _tests_of(folder, part)
         if t:
             tests["selection"] += t.get("selection", [])
-            tests["tests"] += t.get("tests", [])
+            tests["selections"].append(" ".join(t.get("selection", [])))
+            tests["tests"] += [{**x, "folder": folder.name} for x in t.get("tests", [])]
             tests["experts"] += t.get("experts", [])
             tests["seconds"] = round(tests["seconds"] + (t.get("seconds") or 0.0), 2)
             tests["cut_off"] = tests["cut_off"] or bool(t.get("cut_off"))
-    # A test run again in a later folder (after a run was cut off) counts once, with its later outcome.
+    # A test run again in a later folder (after a run was cut off, or after a fix to the test) counts once, with
+    # its later outcome; an earlier outcome that differs is kept and shown, so a failure is never merged away.
     latest = {t["name"]: t for t in tests["tests"]}
+    tests["superseded"] = [t for t in tests["tests"] if latest[t["name"]] is not t
+                           and t["outcome"] != latest[t["name"]]["outcome"]]
     tests["tests"] = list(latest.values())
+    # An expert judged again counts once, with its later judgement.
+    tests["experts"] = list({e["task"]: e for e in tests["experts"]}.values())
     tests["selection"] = list(dict.fromkeys(tests["selection"]))
     tests["cut_off"] = any(t["outcome"] == "cut_off" for t in tests["tests"])
     if tests["tests"] or tests["experts"]:

@@ -5,8 +5,9 @@
 
 The sections between `<!-- figures:NAME begin … -->` and `<!-- figures:NAME end -->` are generated:
 `experts` (each expert's speed, fraction of the speed of light and speedup over its library) and
-`gpu-speed` (PTXBench's own cost per candidate on the GPU). The report is the newest
-results/gpu-suite-*.json by name (they are named by date and time).
+`gpu-speed` (PTXBench's own cost per candidate on the GPU). The report is the newest full
+results/gpu-suite-*.json by name (they are named by date and time); the scale benchmark's rows come
+from the newest report that has them, named with its commit where that is an older one.
 """
 
 from __future__ import annotations
@@ -35,6 +36,25 @@ def newest_report(results: Path = RESULTS) -> Path:
     if not found:
         raise FileNotFoundError(f"no full gpu-suite-*.json in {results}: run the GPU suite (make gpu-suite)")
     return found[-1]
+
+
+def _scales(report: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in report.items() if k.startswith("scale") and isinstance(v, dict) and v.get("modes")}
+
+
+def with_scale(report: dict[str, Any], name: str, results: Path = RESULTS) -> dict[str, Any]:
+    """The report, with the scale benchmark's figures of the newest report that has them when it has none
+    (the scale run takes a device call of its own), each row then naming the report and commit it is from."""
+    if _scales(report):
+        return report
+    for path in sorted(results.glob("gpu-suite-*.json"), reverse=True):
+        if path.name == name:
+            continue
+        other = json.loads(path.read_text())
+        found = _scales(other)
+        if found:
+            return {**report, **found, "scale_source": {"name": path.name, "commit": other.get("commit")}}
+    return report
 
 
 def _f(x: Any, fmt: str, suffix: str = "") -> str:
@@ -101,9 +121,10 @@ def gpu_speed_table(report: dict[str, Any], name: str) -> str:
     do_bench = bench.get("do_bench") or {}
     if do_bench.get("diff") is not None:
         rows.append(f"| our cuBLAS time vs `triton.testing.do_bench` | {_f(do_bench.get('diff'), '.2%')} apart | same |")
-    for key, scale in sorted(report.items()):
-        if not (key.startswith("scale") and isinstance(scale, dict) and scale.get("modes")):
-            continue
+    source = report.get("scale_source")
+    scale_name = source["name"] if source else name
+    at = f", at commit `{source['commit']}`" if source else ""
+    for _key, scale in sorted(_scales(report).items()):
         one = scale["modes"][0]
         for m in scale["modes"]:
             what = {"one": "one GPU worker", "pool2": "the pool, two workers sharing the GPU (timing flagged shared)",
@@ -113,7 +134,7 @@ def gpu_speed_table(report: dict[str, Any], name: str) -> str:
             rows.append(f"| `ptxbench eval` of {scale.get('n')} GEMM candidates, {what} | "
                         f"{_f(m.get('judging_s') / m['candidates'] if m.get('judging_s') else None, '.2f', ' s')} per "
                         f"candidate ({m.get('candidates_per_s')} candidates/s){same} | "
-                        f"`python3 benchmarks/scale_gpu.py --n {scale.get('n')}` ([{name}](results/{name})) |")
+                        f"`python3 benchmarks/scale_gpu.py --n {scale.get('n')}` ([{scale_name}](results/{scale_name}){at}) |")
     tests = report.get("tests") or {}
     if tests.get("tests"):
         count = {o: sum(t["outcome"] == o for t in tests["tests"]) for o in ("passed", "skipped")}
@@ -141,7 +162,7 @@ def main() -> int:
     args = parser.parse_args()
     path = newest_report()
     text = README.read_text()
-    new = render(text, json.loads(path.read_text()), path.name)
+    new = render(text, with_scale(json.loads(path.read_text()), path.name), path.name)
     if args.check:
         if new != text:
             print(f"README.md's GPU figures are not those of {path.name}: run python scripts/readme_figures.py",

@@ -51,3 +51,26 @@ def test_a_test_run_again_later_counts_once_with_its_later_outcome(tmp_path):
     assert {t["name"]: t["outcome"] for t in report["tests"]["tests"]} == {"t::a": "passed", "t::b": "passed"}
     assert report["tests"]["cut_off"] is False and report["tests"]["seconds"] == 20.0
     assert report["scale"] == {"n": 2, "modes": []} and [r["folder"] for r in report["runs"]] == ["first", "again"]
+    # The cut-off outcome it replaced is kept and shown; a test that kept its outcome is not listed twice.
+    assert [(t["name"], t["outcome"], t["folder"]) for t in report["tests"]["superseded"]] == [("t::b", "cut_off", "first")]
+    text = (out / "gpu-suite-20261201-1300.md").read_text()
+    assert "earlier, in first: cut_off: t::b" in text and "`pytest -m gpu first`; `pytest -m gpu again`" in text
+
+
+def test_an_expert_judged_again_counts_once_with_its_later_judgement(tmp_path):
+    def expert(speedup: float) -> dict:
+        return {"task": "vector_add_smoke", "category": "ok", "correct_heldout": True, "speedup": speedup,
+                "tflops": 0.1, "sol_fraction": 0.6, "baseline": "torch.add"}
+
+    folders = []
+    for name, minute, speedup in (("first", "00", 0.99), ("again", "10", 0.98)):
+        folder = _part(tmp_path / name, f"2026-12-01T13:{minute}:00+00:00", [], False)
+        part = json.loads((folder / "gpu-suite.json").read_text())
+        part["tests"]["experts"] = [expert(speedup)]
+        (folder / "gpu-suite.json").write_text(json.dumps(part))
+        folders.append(str(folder))
+    out = tmp_path / "results"
+    out.mkdir()
+    suite.merge(argparse.Namespace(dirs=folders, results=str(out), attach=[]))
+    report = json.loads((out / "gpu-suite-20261201-1300.json").read_text())
+    assert [e["speedup"] for e in report["tests"]["experts"]] == [0.98]

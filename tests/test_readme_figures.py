@@ -16,7 +16,8 @@ spec.loader.exec_module(figures)
 def test_the_readme_shows_the_newest_gpu_report():
     path = figures.newest_report()
     text = figures.README.read_text()
-    assert figures.render(text, json.loads(path.read_text()), path.name) == text, (
+    report = figures.with_scale(json.loads(path.read_text()), path.name)
+    assert figures.render(text, report, path.name) == text, (
         f"README.md's GPU figures are stale: run python scripts/readme_figures.py ({path.name})")
     assert path.name in text
 
@@ -49,3 +50,16 @@ def test_a_follow_up_report_of_a_few_tests_leaves_the_figures_to_the_last_full_o
     (tmp_path / "gpu-suite-20261201-1000.json").write_text(json.dumps(full))
     (tmp_path / "gpu-suite-20261201-1100.json").write_text(json.dumps(partial))
     assert figures.newest_report(tmp_path).name == "gpu-suite-20261201-1000.json"
+
+
+def test_scale_figures_come_from_the_newest_report_that_has_them_and_say_so(tmp_path):
+    scale = {"n": 10, "modes": [{"mode": "one", "candidates": 10, "judging_s": 11.0, "candidates_per_s": 0.91}]}
+    older = {"date": "2026-12-01T09:00:00+00:00", "commit": "old", "scale": scale}
+    newer = {"date": "2026-12-01T10:00:00+00:00", "commit": "new", "device": {"name": "NVIDIA H200"}}
+    (tmp_path / "gpu-suite-20261201-0900.json").write_text(json.dumps(older))
+    (tmp_path / "gpu-suite-20261201-1000.json").write_text(json.dumps(newer))
+    got = figures.with_scale(newer, "gpu-suite-20261201-1000.json", tmp_path)
+    table = figures.gpu_speed_table(got, "gpu-suite-20261201-1000.json")
+    assert "[gpu-suite-20261201-0900.json](results/gpu-suite-20261201-0900.json), at commit `old`" in table
+    # A report with its own scale figures keeps them.
+    assert figures.with_scale(older, "gpu-suite-20261201-0900.json", tmp_path) is older

@@ -108,10 +108,6 @@ def test_nothing_before_a_run_depends_on_whether_its_round_is_checked(monkeypatc
         def elapsed_time(self, other: object) -> float:
             return 0.5                      # ms: a round of the candidate, or of the baseline
 
-    class Flush:
-        def zero_(self) -> None:
-            log.append("flush")
-
     class Sets:
         def __len__(self) -> int:
             return 1 << 20
@@ -122,7 +118,7 @@ def test_nothing_before_a_run_depends_on_whether_its_round_is_checked(monkeypatc
 
     monkeypatch.setattr(timing.torch.cuda, "stream", lambda stream: contextlib.nullcontext())
     monkeypatch.setattr(timing.torch.cuda, "Event", Event)
-    out = time_interleaved(None, Flush(), Sets(), CONFIG, lambda: log.append("sync"), random.Random(seed))
+    out = time_interleaved(None, lambda: log.append("flush"), Sets(), CONFIG, lambda: log.append("sync"), random.Random(seed))
 
     runs = [i for i, op in enumerate(log) if op == "run"]
     assert len(runs) == out.warmup_rounds + out.reps

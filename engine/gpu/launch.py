@@ -142,6 +142,17 @@ class Module:
     def close(self) -> None:
         self._kernels.clear()
 
+    def read_global(self, name: str, nbytes: int) -> bytes:
+        """The first `nbytes` of the module variable `name`, once the work that writes it is done."""
+        err, ptr, size = driver.cuModuleGetGlobal(driver.CUmodule(int(self.raw.ptr)), name.encode())
+        if int(getattr(err, "value", err)) != 0 or int(size) < nbytes:
+            raise CudaFailure("load_error", f"the module has no variable {name!r} of {nbytes} bytes", None, "load")
+        out = bytearray(nbytes)
+        err, = driver.cuMemcpyDtoH(out, ptr, nbytes)
+        if int(getattr(err, "value", err)) != 0:
+            raise CudaFailure("load_error", f"reading the module variable {name!r} failed ({err})", None, "load")
+        return bytes(out)
+
     def kernel(self, entry: str) -> Kernel:
         if entry not in self._kernels:
             try:

@@ -135,10 +135,17 @@ class Job:
     # GPU time (seconds) the candidate's own launches may use in this job, however long each step's deadline
     # is; past it the job ends as hang_timeout. The parent enforces it (engine/runner.py).
     budget_s: float = 300.0
+    # The candidate marked where its requested families run (engine/coverage.py): launched once per size after
+    # the trials pass, and the marks read back from its `coverage_symbol` (one u64 slot per family).
+    coverage_cubin: bytes | None = None
+    coverage_symbol: str = ""
+    coverage_slots: int = 0
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["cubin"] = base64.b64encode(self.cubin).decode("ascii")
+        if self.coverage_cubin is not None:
+            d["coverage_cubin"] = base64.b64encode(self.coverage_cubin).decode("ascii")
         return d
 
     @staticmethod
@@ -177,6 +184,9 @@ class Job:
             launch_timeout_s=float(d.get("launch_timeout_s", 10.0)),
             stop_split_on_failure=bool(d.get("stop_split_on_failure", True)),
             budget_s=float(d.get("budget_s", 300.0)),
+            coverage_cubin=base64.b64decode(d["coverage_cubin"]) if d.get("coverage_cubin") else None,
+            coverage_symbol=str(d.get("coverage_symbol", "")),
+            coverage_slots=int(d.get("coverage_slots", 0)),
         )
 
 
@@ -233,6 +243,8 @@ class SizeResult:
     timing: TimingResult | None = None
     max_error: float | None = None          # worst metric value over trials and outputs
     worst: dict[str, Any] | None = None
+    coverage: list[int] | None = None       # the marked copy's slots after its launch (Job.coverage_cubin)
+    coverage_note: str = ""                 # why there are none, when the copy was sent
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> SizeResult:
@@ -248,6 +260,8 @@ class SizeResult:
             timing=TimingResult(**timing) if timing else None,
             max_error=d.get("max_error"),
             worst=d.get("worst"),
+            coverage=d.get("coverage"),
+            coverage_note=d.get("coverage_note", ""),
         )
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import random
+import struct
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from ptxbench.engine.gpu.buffers import Arena
 from ptxbench.engine.gpu.datacache import (
     DataCache, FreshSets, TaskData, draw, fingerprint,
 )
+from ptxbench.engine.gpu.l2 import LINE, L2Flush
 from ptxbench.engine.gpu.launch import (
     CudaFailure, Module, PreparedLaunch, check_params, encode_tensor_map, prepare_launch, synchronize,
 )
@@ -71,6 +73,7 @@ class Bench:
     module: Module
     scratch_init: dict[str, str]
     stream: torch.cuda.Stream
+    tensor_maps: dict[str, Any]
 
     def reset(self, data: TaskData) -> None:
         """Enqueue: this set's inputs in place, outputs poisoned, scratch re-initialised, globals restored."""
@@ -99,6 +102,14 @@ class Checks:
 
     def decode(self, values: list[float], arena: Arena) -> Verdict:
         return decode(values, arena, self.metric, self.limits, self.bounds)
+
+
+def _device_full(exc: BaseException) -> bool:
+    """An allocation of the harness's refused for want of device memory: PyTorch's, CuPy's, or a CuPy
+    module load (the fused checks' kernels load on first use)."""
+    if isinstance(exc, (torch.cuda.OutOfMemoryError, cupy.cuda.memory.OutOfMemoryError)):
+        return True
+    return isinstance(exc, cupy.cuda.driver.CUDADriverError) and "CUDA_ERROR_OUT_OF_MEMORY" in str(exc)
 
 
 RECYCLE_GROWTH_BYTES = 4 << 30      # more than this held outside the pools after a job: a fresh worker next
@@ -134,8 +145,7 @@ class Session:
         share = float(os.environ.get("PTXBENCH_REFERENCE_CACHE", "0.4"))
         self.cache = DataCache(self.device, int(props.total_memory * min(max(share, 0.05), 0.7)))
         self.peaks = peaks
-        self._flush: torch.Tensor | None = None
-        self._flush_bytes = 0
+        self._flush: L2Flush | None = None
         self.recycle: str | None = None
         self._outside_torch = self._memory_outside_torch()
 
@@ -159,10 +169,10 @@ class Session:
             return "the kernel allocates from the device heap, which outlives it"
         return None
 
-    def flush_buffer(self, nbytes: int) -> torch.Tensor:
-        if self._flush is None or self._flush_bytes != nbytes:
-            self._flush = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
-            self._flush_bytes = nbytes
+    def l2_flush(self, nbytes: int) -> L2Flush:
+        if self._flush is None or self._flush.nbytes != nbytes // LINE * LINE:
+            self._flush = None                      # the old buffer goes before the new one is made
+            self._flush = L2Flush(nbytes, self.device)
         return self._flush
 
     def sync(self, what: str) -> None:
@@ -179,12 +189,20 @@ class Session:
             module = Module(job.cubin)
         except CudaFailure as exc:
             return self._all_sizes_fail(job, result, exc.category, str(exc), started, emit)
+        marked, marked_note = None, ""
+        if job.coverage_cubin is not None:
+            try:
+                marked = Module(job.coverage_cubin)
+            except CudaFailure as exc:
+                marked_note = f"the marked copy did not load: {exc}"
         try:
             failed_splits: set[str] = set()
             for index, plan in enumerate(job.sizes):
                 if job.stop_split_on_failure and plan.split in failed_splits:
                     continue
-                size = self._judge_size(job, task, module, index, plan, emit)
+                size = self._judge_size(job, task, module, marked, index, plan, emit)
+                if marked_note and size.category == OK:
+                    size.coverage_note = marked_note
                 result.sizes.append(size)
                 emit({"event": "size", "result": size})
                 if size.category != OK:
@@ -193,6 +211,8 @@ class Session:
             result.fatal = ended.fatal
         finally:
             module.close()
+            if marked is not None:
+                marked.close()
         # After a sticky fault the context is gone and the worker ends with this job: nothing to measure.
         result.recycle = self.recycle or (self._leftovers(job) if result.fatal is None else None)
         result.worker_s = time.perf_counter() - started
@@ -222,12 +242,14 @@ class Session:
             if exc.sticky:
                 raise _ended(exc, index, during) from None
 
-    def _judge_size(self, job: Job, task: TaskSpec, module: Module, index: int, plan: SizePlan,
-                    emit: Emit) -> SizeResult:
+    def _judge_size(self, job: Job, task: TaskSpec, module: Module, marked: Module | None, index: int,
+                    plan: SizePlan, emit: Emit) -> SizeResult:
         data: list[TaskData] = []
         try:
-            return self._judge_size_inner(job, task, module, index, plan, emit, data)
-        except torch.cuda.OutOfMemoryError as exc:
+            return self._judge_size_inner(job, task, module, marked, index, plan, emit, data)
+        except Exception as exc:
+            if not _device_full(exc):
+                raise
             # The harness's own allocations fail only when the candidate's demands (its buffers, the local
             # memory its kernels reserve) leave the device without room: a verdict, and a fresh worker next.
             self.recycle = "the device ran out of memory"
@@ -240,8 +262,8 @@ class Session:
             for d in data:          # no reference outlives the size (the next candidate meets the same sets)
                 d.release()
 
-    def _judge_size_inner(self, job: Job, task: TaskSpec, module: Module, index: int, plan: SizePlan,
-                          emit: Emit, data: list[TaskData]) -> SizeResult:
+    def _judge_size_inner(self, job: Job, task: TaskSpec, module: Module, marked: Module | None, index: int,
+                          plan: SizePlan, emit: Emit, data: list[TaskData]) -> SizeResult:
         out = SizeResult(index, plan.split, dict(plan.sizes), OK)
 
         def fail(category: str, message: str, detail: dict[str, Any] | None = None) -> SizeResult:
@@ -319,6 +341,8 @@ class Session:
             out.worst = bad.worst or bad.detail
             out.message = describe(out.category, bad.worst, bad.detail, f"seed {bad.seed}")
             return out
+        if marked is not None:
+            out.coverage, out.coverage_note = self._coverage(job, marked, plan, bench, data[-1], index, emit)
         if plan.time:
             trial_s = max(tr.launch_ms or 0.0 for tr in out.trials) / 1e3
             self._phase(emit, "prepare", index, TRUSTED_DEADLINE_S, False)
@@ -349,9 +373,34 @@ class Session:
             arena.add(s.name, s.dtype, tuple(s.shape), "scratch")
         tmaps = {tm.name: encode_tensor_map(tm, arena.buffers[tm.tensor].ptr) for tm in plan.tensor_maps}
         ptrs = arena.ptrs()
-        launches = [prepare_launch(module, lp, ptrs, tmaps, self.stream.cuda_stream, self.cupy_stream)
-                    for lp in plan.launches]
-        return Bench(arena, launches, module, {s.name: s.init for s in plan.scratch}, self.stream)
+        return Bench(arena, self._launches(module, plan, ptrs, tmaps), module, {s.name: s.init for s in plan.scratch},
+                     self.stream, tmaps)
+
+    def _launches(self, module: Module, plan: SizePlan, ptrs: dict[str, int],
+                  tmaps: dict[str, Any]) -> list[PreparedLaunch]:
+        return [prepare_launch(module, lp, ptrs, tmaps, self.stream.cuda_stream, self.cupy_stream)
+                for lp in plan.launches]
+
+    def _coverage(self, job: Job, marked: Module, plan: SizePlan, bench: Bench, data: TaskData, index: int,
+                  emit: Emit) -> tuple[list[int] | None, str]:
+        """The marked copy (engine/coverage.py) run once as a trial is, on the size's own set, in the same
+        buffers; its slots read back. Its output is not judged: the trials judged the candidate's own code."""
+        try:
+            copy = Bench(bench.arena, self._launches(marked, plan, bench.arena.ptrs(), bench.tensor_maps), marked,
+                         bench.scratch_init, self.stream, bench.tensor_maps)
+            self._phase(emit, "launch", index, job.launch_timeout_s, True)
+            copy.reset(data)
+            with torch.cuda.stream(self.stream):
+                bench.arena.arm()
+            copy.run()
+            self.sync(f"size {index} marked copy")
+            raw = marked.read_global(job.coverage_symbol, 8 * job.coverage_slots)
+        except CudaFailure as exc:
+            if exc.sticky:
+                raise _ended(exc, index, "in the marked copy's launch: ") from None
+            self._settle(index, f"size {index} marked copy")
+            return None, f"the marked copy's launch failed: {exc}"
+        return list(struct.unpack(f"<{job.coverage_slots}Q", raw)), ""
 
     # -- timing -------------------------------------------------------------------------
 
@@ -377,7 +426,7 @@ class Session:
         secret = _secret_seed()
         rng = random.Random(secret)
         try:
-            timed = time_interleaved(self.stream, self.flush_buffer(job.timing.flush_bytes), _Lazy(timed_set, len(pool)),
+            timed = time_interleaved(self.stream, self.l2_flush(job.timing.flush_bytes), _Lazy(timed_set, len(pool)),
                                      job.timing, lambda: self.sync(f"size {index} timing"), rng)
         except CudaFailure as exc:
             if exc.sticky:

@@ -2,8 +2,9 @@
 
 Every round, outside the timed region: the candidate's state is put back
 (`reset`: the round's input set copied in, outputs poisoned, scratch
-re-initialised, module globals restored) and L2 is flushed by writing a buffer
-of at least twice its size; then an event, the candidate's launches, an event;
+re-initialised, module globals restored) and L2 is emptied (engine/gpu/l2.py: a
+buffer several times its size stored under an evict_last policy, then discarded, so no line a kernel
+marked to be kept survives); then an event, the candidate's launches, an event;
 then the same for the baseline on the same inputs.
 
 Nothing about a round tells the candidate whether it counts. A schedule drawn
@@ -85,9 +86,9 @@ class Interleaved:
     checks: list[Check] = field(default_factory=list)
 
 
-def _timed(stream: torch.cuda.Stream, flush: torch.Tensor, fn: Callable[[], object],
+def _timed(stream: torch.cuda.Stream, flush: Callable[[], None], fn: Callable[[], object],
            start: torch.cuda.Event, end: torch.cuda.Event) -> None:
-    flush.zero_()
+    flush()
     start.record(stream)
     fn()
     end.record(stream)
@@ -103,7 +104,7 @@ def jittered(value: float, jitter: float, rng: random.Random) -> float:
     return value * rng.uniform(1 - jitter, 1 + jitter)
 
 
-def time_interleaved(stream: torch.cuda.Stream, flush: torch.Tensor, sets: list[TimedSet], config: TimingConfig,
+def time_interleaved(stream: torch.cuda.Stream, flush: Callable[[], None], sets: list[TimedSet], config: TimingConfig,
                      synchronize: Callable[[], None], rng: random.Random) -> Interleaved:
     """Warm up, then time `reps` rounds; `synchronize` raises on a fault."""
     # Every set of a judgement has a baseline or none has; `sets` may be a lazy million (fresh inputs each round).

@@ -165,3 +165,12 @@ def test_expert_solution_is_correct_and_timed(task_id, cuda_here):
     assert j["category"] in ("ok", "slower_than_baseline"), j["evidence"].get("first_failure")
     assert j["speedup"] is not None and j["tflops"] is not None and j["sol_fraction"] is not None
     assert j["evidence"]["baseline_check"]["within_tolerance"], j["evidence"]["baseline_check"]
+    # The marked copy saw every requested family run, at every size (engine/coverage.py); a task that
+    # asks for no family (the smoke test) has nothing to mark.
+    if task.families:
+        cov = j["evidence"]["coverage"]
+        assert cov["families"] == list(task.families) and len(cov["sizes"]) == len(j["sizes"]), cov
+        assert all(set(s["families"].values()) == {"ran"} for s in cov["sizes"]), cov
+        assert j["executed"] is True
+    else:
+        assert "coverage" not in j["evidence"], j["evidence"]["coverage"]

@@ -51,6 +51,9 @@ class Case:
     also: tuple[str, ...] = ()          # other categories that are right for it (a cheat caught at another step)
     budget_s: float | None = None       # the candidate's GPU-time budget, where the case is about it
     executed: bool = False              # judged with `--executed` (Nsight Compute counts what ran)
+    # False: judged without the marked copy (engine/coverage.py), for cases about a later defence whose
+    # requested families sit in dead code, which the copy would otherwise catch first.
+    coverage: bool = True
 
     @staticmethod
     def from_toml(d: dict[str, Any]) -> Case:

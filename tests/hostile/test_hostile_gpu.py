@@ -58,6 +58,8 @@ def _judge(case, runner, asm_cache):
     static = judge_static(HERE / case.file, task, manifest_path=HERE / case.manifest if case.manifest else None,
                           cache=asm_cache)
     assert static.category == OK, (static.category, static.evidence)
+    if not case.coverage:
+        static.coverage, static.coverage_cubin = {}, None
     started = time.perf_counter()
     extra: dict[str, object] = {"budget_s": case.budget_s} if case.budget_s is not None else {}
     if case.executed:

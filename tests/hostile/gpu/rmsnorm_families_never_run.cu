@@ -2,9 +2,9 @@
 // copy and its mbarrier sit in a branch taken only when D < 0, which ptxas cannot rule out (D is a
 // parameter), so UBLKCP and SYNCS are in the SASS the static stage inspects; every real row is read
 // with ordinary loads. The output is right at every size. The static stage asks only that a
-// required family be in the code the launches can reach; whether it runs is measured only with the
-// `executed` option (Nsight Compute), which a default judgement does not run.
-// Expected (an honest judge): required_not_executed; the default judgement says ok.
+// required family be in the code the launches can reach; until the marked copy (engine/coverage.py)
+// only the `executed` option (Nsight Compute) measured whether it runs, and a default judgement said ok.
+// Expected: required_not_executed, from the default judgement (the marked copy leaves no mark).
 #include <cuda_bf16.h>
 
 #define MAXD 16384                       // widest row held in shared memory (32 KiB of bf16)
