@@ -202,5 +202,21 @@ def render_judgement(console: Any, j: Any) -> None:
     for m in j.measurements:
         if m.message:
             console.print(f"{m.split} {m.sizes}: {m.message}", markup=False, highlight=False, soft_wrap=True)
+    ran = families_ran(j.evidence)
+    if ran:
+        console.print(ran, markup=False, highlight=False, soft_wrap=True)
     if j.baseline:
         console.print(f"library: {j.baseline}", markup=False, highlight=False)
+
+
+def families_ran(evidence: dict[str, Any]) -> str | None:
+    """One line on what the marked copy saw (engine/coverage.py): per requested family, the sizes it ran at."""
+    cov = evidence.get("coverage")
+    if not isinstance(cov, dict):
+        return None
+    if cov.get("note"):
+        return f"requested families run: not measured ({cov['note']})"
+    rows = [r["families"] for r in cov.get("sizes", []) if isinstance(r.get("families"), dict)]
+    parts = [f"{f} at {sum(r.get(f) == 'ran' for r in rows)} of {sum(f in r for r in rows)} sizes"
+             for f in cov.get("families", [])]
+    return "requested families run (the marked copy): " + ", ".join(parts) if parts else None

@@ -64,6 +64,36 @@ def evidence_message(ev: Any) -> tuple[str | None, str | None]:
     return message, source
 
 
+def coverage_lines(evidence: Any, executed: bool | None) -> list[str]:
+    """What the marked copy saw (engine/coverage.py): each requested family, the sizes where it ran, and
+    the ones where it did not, in a line each; [] for an evaluation without it."""
+    cov = evidence.get("coverage") if isinstance(evidence, dict) else None
+    if not isinstance(cov, dict):
+        return []
+    verdict = {True: "every family ran at every train size", False: "a family never ran at a train size",
+               None: "not measured at every train size"}.get(executed, "not measured")
+    lines = [f"\n[b]requested families run[/b] (the marked copy)   {verdict}"]
+    if cov.get("note"):
+        lines.append(f"  {escape(str(cov['note']))}")
+    rows = [r for r in cov.get("sizes", []) if isinstance(r, dict)]
+    for family in cov.get("families", []):
+        looked = [r for r in rows if isinstance(r.get("families"), dict) and family in r["families"]]
+        ran = [r for r in looked if r["families"][family] == "ran"]
+        sites = (cov.get("sites") or {}).get(family)
+        line = (f"  {escape(str(family))}: ran at {len(ran)} of {len(looked)} sizes"
+                + (f" ({sites} instructions marked)" if sites is not None else ""))
+        for r in looked:
+            if r["families"][family] != "ran":
+                size = " ".join(f"{k}={v}" for k, v in (r.get("sizes") or {}).items())
+                line += f"\n    {escape(str(r['families'][family]))} at {escape(str(r.get('split')))} {escape(size)}"
+        lines.append(line)
+    for r in rows:
+        if r.get("note"):
+            size = " ".join(f"{k}={v}" for k, v in (r.get("sizes") or {}).items())
+            lines.append(f"  not looked at {escape(str(r.get('split')))} {escape(size)}: {escape(str(r['note']))}")
+    return lines
+
+
 def evidence_text(detail: browse.SampleDetail) -> str:
     latest = detail.latest
     if latest is None:
@@ -101,7 +131,10 @@ def evidence_text(detail: browse.SampleDetail) -> str:
         lines.append("\n[b]requested but missing[/b]")
         for m in latest.required_missing:
             lines.append(f"  {escape(json.dumps(m) if isinstance(m, dict) else str(m))}")
-    extra = {k: v for k, v in ev.items() if k not in ("message", "evidence", "line", "evidence_line", "worst", "max_rel_err")} if isinstance(ev, dict) else {}
+    lines += coverage_lines(ev, latest.executed)
+    extra = {k: v for k, v in ev.items()
+             if k not in ("message", "evidence", "line", "evidence_line", "worst", "max_rel_err", "coverage")
+             } if isinstance(ev, dict) else {}
     if extra:
         lines.append("\n[b]more evidence[/b]")
         # Every bracket escaped: JSON such as ["-arch=sm_90a"] reads as a Textual tag otherwise.
