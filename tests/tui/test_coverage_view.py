@@ -1,5 +1,6 @@
-"""The evidence tab and `ptxbench check` say what the marked copy saw: each requested family, the sizes where it ran, and where
-it did not (ptxbench_tui/screens/sample.py `coverage_lines`, from the judgement's evidence as stored)."""
+"""The evidence tab and `ptxbench check` say what the marked copy saw: each requested family, the sizes
+where it ran, and where it did not (ptxbench_tui/screens/sample.py `coverage_lines`, cli/render.py
+`families_ran`, from the judgement's evidence as stored)."""
 
 from __future__ import annotations
 
