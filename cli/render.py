@@ -9,6 +9,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from ptxbench.db.browse_sample import coverage_of
 from ptxbench.engine.categories import DESCRIPTIONS, OK, SKIPPED_PREFIX
 
 if TYPE_CHECKING:
@@ -211,12 +212,10 @@ def render_judgement(console: Any, j: Any) -> None:
 
 def families_ran(evidence: dict[str, Any]) -> str | None:
     """One line on what the marked copy saw (engine/coverage.py): per requested family, the sizes it ran at."""
-    cov = evidence.get("coverage")
-    if not isinstance(cov, dict):
+    cov = coverage_of(evidence)
+    if cov is None:
         return None
-    if cov.get("note"):
-        return f"requested families run: not measured ({cov['note']})"
-    rows = [r["families"] for r in cov.get("sizes", []) if isinstance(r.get("families"), dict)]
-    parts = [f"{f} at {sum(r.get(f) == 'ran' for r in rows)} of {sum(f in r for r in rows)} sizes"
-             for f in cov.get("families", [])]
+    if cov.note:
+        return f"requested families run: not measured ({cov.note})"
+    parts = [f"{f.family} at {f.ran} of {f.looked} sizes" for f in cov.families]
     return "requested families run (the marked copy): " + ", ".join(parts) if parts else None

@@ -25,13 +25,16 @@ from pathlib import Path
 from typing import Any
 
 from ptxbench.db import verdict
-from ptxbench.db.browse_sample import LEVEL, MODEL_ID, SampleDetail, fix_partner, load_json, sample_detail
+from ptxbench.db.browse_sample import (
+    LEVEL, MODEL_ID, Coverage, SampleDetail, coverage_of, fix_partner, load_json, sample_detail,
+)
 from ptxbench.db.queries import fts_query
 from ptxbench.db.records import Evaluation
 from ptxbench.db.store import StoreError, connect_reader
 
-# SampleDetail, sample_detail and fix_partner live in browse_sample.py; the views read them from here.
-__all__ = ["Evaluation", "SampleDetail", "StoreError", "connect", "fix_partner", "fts_query", "sample_detail"]
+# SampleDetail, sample_detail, fix_partner and coverage_of live in browse_sample.py; the views read them from here.
+__all__ = ["Coverage", "Evaluation", "SampleDetail", "StoreError", "connect", "coverage_of", "fix_partner", "fts_query",
+           "sample_detail"]
 
 # Uses what was asked: the SASS verdict where the engine made one (it implies
 # the PTX one), else the PTX verdict.

@@ -111,3 +111,37 @@ def fix_partner(conn: sqlite3.Connection, sample_id: int) -> int | None:
         return row[0]
     row = conn.execute("SELECT id FROM samples WHERE parent_id = ? ORDER BY id LIMIT 1", (sample_id,)).fetchone()
     return row[0] if row else None
+
+
+@dataclass(frozen=True)
+class FamilyRuns:
+    """One requested family as the marked copy saw it (engine/coverage.py), over the sizes it looked at."""
+    family: str
+    ran: int                                        # sizes where it ran
+    looked: int                                     # sizes whose slots were read
+    sites: int | None                               # instructions marked
+    not_ran: list[tuple[str, str, dict[str, Any]]]  # (state, split, sizes) where it did not run
+
+
+@dataclass(frozen=True)
+class Coverage:
+    note: str | None                                # why no copy was made, if none was
+    families: list[FamilyRuns]
+    unseen: list[tuple[str, dict[str, Any], str]]   # (split, sizes, why) of sizes not looked at
+
+
+def coverage_of(evidence: Any) -> Coverage | None:
+    """An evaluation's (or a judgement's) `coverage` evidence, per family; None where there is none."""
+    cov = evidence.get("coverage") if isinstance(evidence, dict) else None
+    if not isinstance(cov, dict):
+        return None
+    rows = [r for r in cov.get("sizes", []) if isinstance(r, dict)]
+    families = []
+    for family in cov.get("families", []):
+        looked = [r for r in rows if isinstance(r.get("families"), dict) and family in r["families"]]
+        not_ran = [(str(r["families"][family]), str(r.get("split")), dict(r.get("sizes") or {}))
+                   for r in looked if r["families"][family] != "ran"]
+        families.append(FamilyRuns(str(family), len(looked) - len(not_ran), len(looked),
+                                   (cov.get("sites") or {}).get(family), not_ran))
+    unseen = [(str(r.get("split")), dict(r.get("sizes") or {}), str(r["note"])) for r in rows if r.get("note")]
+    return Coverage(str(cov["note"]) if cov.get("note") else None, families, unseen)

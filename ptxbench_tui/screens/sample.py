@@ -67,31 +67,27 @@ def evidence_message(ev: Any) -> tuple[str | None, str | None]:
 def coverage_lines(evidence: Any, executed: bool | None) -> list[str]:
     """What the marked copy saw (engine/coverage.py): each requested family, the sizes where it ran, and
     the ones where it did not, in a line each; [] for an evaluation without it."""
-    cov = evidence.get("coverage") if isinstance(evidence, dict) else None
-    if not isinstance(cov, dict):
+    cov = browse.coverage_of(evidence)
+    if cov is None:
         return []
     verdict = {True: "every family ran at every train size", False: "a family never ran at a train size",
                None: "not measured at every train size"}.get(executed, "not measured")
     lines = [f"\n[b]requested families run[/b] (the marked copy)   {verdict}"]
-    if cov.get("note"):
-        lines.append(f"  {escape(str(cov['note']))}")
-    rows = [r for r in cov.get("sizes", []) if isinstance(r, dict)]
-    for family in cov.get("families", []):
-        looked = [r for r in rows if isinstance(r.get("families"), dict) and family in r["families"]]
-        ran = [r for r in looked if r["families"][family] == "ran"]
-        sites = (cov.get("sites") or {}).get(family)
-        line = (f"  {escape(str(family))}: ran at {len(ran)} of {len(looked)} sizes"
-                + (f" ({sites} instructions marked)" if sites is not None else ""))
-        for r in looked:
-            if r["families"][family] != "ran":
-                size = " ".join(f"{k}={v}" for k, v in (r.get("sizes") or {}).items())
-                line += f"\n    {escape(str(r['families'][family]))} at {escape(str(r.get('split')))} {escape(size)}"
+    if cov.note:
+        lines.append(f"  {escape(cov.note)}")
+    for f in cov.families:
+        line = (f"  {escape(f.family)}: ran at {f.ran} of {f.looked} sizes"
+                + (f" ({f.sites} instructions marked)" if f.sites is not None else ""))
+        for state, split, sizes in f.not_ran:
+            line += f"\n    {escape(state)} at {escape(split)} {escape(_size_text(sizes))}"
         lines.append(line)
-    for r in rows:
-        if r.get("note"):
-            size = " ".join(f"{k}={v}" for k, v in (r.get("sizes") or {}).items())
-            lines.append(f"  not looked at {escape(str(r.get('split')))} {escape(size)}: {escape(str(r['note']))}")
+    for split, sizes, why in cov.unseen:
+        lines.append(f"  not looked at {escape(split)} {escape(_size_text(sizes))}: {escape(why)}")
     return lines
+
+
+def _size_text(sizes: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in sizes.items())
 
 
 def evidence_text(detail: browse.SampleDetail) -> str:
