@@ -108,7 +108,9 @@ _TABLE: tuple[Family, ...] = (
        "programmatic dependent launch (griddepcontrol)", "ACQBULK/PREEXIT"),
     _f("st_async", "generic", r"(st|red)\.async(\.|$)", r"(STAS|REDAS)(\.|$)", "sm_90+",
        "st.async / red.async to a cluster peer", "STAS/REDAS"),
-    _f("distributed_smem", "none", r"(mapa|getctarank)(\.|$)|(ld|st|atom|red)(\.[\w:]+)*\.shared::cluster(\.|$)",
+    # Qualifiers up to `.shared::cluster`, read once (possessive): a long qualifier chain is not backtracked over.
+    _f("distributed_smem", "none",
+       r"(mapa|getctarank)(\.|$)|(ld|st|atom|red)(?:\.(?!shared::cluster(?:\.|$))[\w:]++)*+\.shared::cluster(\.|$)",
        None, "sm_90+", "cluster shared memory (mapa, getctarank, ld/st.shared::cluster)", "nothing specific"),
     _f("clc", "distinctive", r"clusterlaunchcontrol\.try_cancel(\.|$)", r"UGETNEXTWORKID(\.|$)", "sm_100+",
        "cluster launch control (clusterlaunchcontrol.try_cancel)", "UGETNEXTWORKID"),

@@ -21,18 +21,21 @@ from typing import Any
 
 from ptxbench.engine.cache import Cache
 from ptxbench.engine.categories import OK
-from ptxbench.engine.families import BY_NAME, get_family, ptx_families, sass_families
+from ptxbench.engine.families import ALL_FAMILIES, BY_NAME, get_family, ptx_families, sass_families
 from ptxbench.engine.ptx_calls import ptx_functions, reachable
-from ptxbench.engine.sass import disassemble, sass_census
+from ptxbench.engine.sass import DISASSEMBLE_TIMEOUT_S, disassemble, sass_census
+from ptxbench.engine.text_scan import replace_strings, skip, strip_comments
 
-_BLOCK_COMMENT = re.compile(r"/\*.*?\*/", re.S)
-_LINE_COMMENT = re.compile(r"//[^\n]*")
-_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
+# The PTX is untrusted: every pattern here is matched at a position (never on a slice that is
+# cut again and again), with possessive quantifiers, so reading is linear in the text.
 # Directives that end at the line's end rather than at a semicolon.
-_LINE_DIRECTIVE = re.compile(r"^[ \t]*\.(loc|file|version|target|address_size|section)\b[^\n]*", re.M)
-_LABEL = re.compile(r"^[A-Za-z_$%][\w$]*\s*:(?!:)\s*")
-_GUARD = re.compile(r"^@\s*!?\s*[%\w$]+\s+")    # ptxas reads `@ %p` and `@! %p` as well
-_OPCODE = re.compile(r"^([a-z][\w]*(?:(?:\.|::)\w+)*)")
+_LINE_DIRECTIVE = re.compile(r"^[ \t]*+\.(?:loc|file|version|target|address_size|section)\b[^\n]*+", re.M)
+_SPACE = re.compile(r"\s*+")
+_LABEL = re.compile(r"[A-Za-z_$%][\w$]*+\s*+:(?!:)\s*+")
+_GUARD = re.compile(r"@\s*+(?:!\s*+)?[%\w$]++\s++")    # ptxas reads `@ %p` and `@! %p` as well
+_OPCODE = re.compile(r"[a-z]\w*+(?:(?:\.|::)\w++)*+")
+_PUNCT = re.compile(r"[;{}]")
+
 
 def _statement_opcode(stmt: str) -> str | None:
     return statement_parts(stmt)[2]
@@ -40,25 +43,23 @@ def _statement_opcode(stmt: str) -> str | None:
 
 def statement_parts(stmt: str) -> tuple[int, str, str | None]:
     """Where a statement's instruction begins (past its labels), its guard (`@%p`, `@!%p` or ""), its opcode."""
-    s = stmt.lstrip()
-    at = len(stmt) - len(s)
-    while m := _LABEL.match(s):
-        s, at = s[m.end():], at + m.end()
-    guard = _GUARD.match(s)
-    rest = s[guard.end():] if guard else s
-    m = _OPCODE.match(rest)
-    return at, "".join(guard.group(0).split()) if guard else "", m.group(1) if m else None
+    at = skip(_SPACE, stmt, 0)
+    while (m := _LABEL.match(stmt, at)) is not None:
+        at = m.end()
+    guard = _GUARD.match(stmt, at)
+    op = _OPCODE.match(stmt, guard.end() if guard else at)
+    return at, "".join(guard.group(0).split()) if guard else "", op.group(0) if op else None
 
 
 def _blank(m: re.Match[str]) -> str:
-    return re.sub(r"[^\n]", " ", m.group(0))
+    return " " * len(m.group(0))     # a line directive holds no newline
 
 
 def mask_comments(ptx: str) -> str:
-    """The PTX with comments and string contents turned to spaces: every offset kept."""
-    text = _BLOCK_COMMENT.sub(_blank, ptx)
-    text = _LINE_COMMENT.sub(_blank, text)
-    return _STRING.sub(lambda m: '"' + " " * (len(m.group(0)) - 2) + '"', text)
+    """The PTX with comments and string contents turned to spaces: every offset kept. Comments
+    are read left to right as ptxas reads them (engine.text_scan), an unclosed `/*` running to
+    the end."""
+    return replace_strings(strip_comments(ptx, fill="blank"), keep_length=True)
 
 
 def _masked(ptx: str) -> str:
@@ -80,16 +81,22 @@ def ptx_statement_spans(ptx: str) -> list[tuple[int, str, int]]:
         if piece.strip():
             spans.append((begin, piece, at_depth))
 
-    for m in re.finditer(r"[;{}]", text):
+    # Whether the statement begun at `begin` opened an operand `{`. A later `{` of the same statement
+    # finds the same: what decides it is read before the first `{`, where every pattern stops.
+    operand_statement = False
+    for m in _PUNCT.finditer(text):
         start = m.end()
         ch = m.group(0)
         if ch == ";" and operand_depth == 0:
             close(m.start(), depth)
-            begin = start
+            begin, operand_statement = start, False
         elif ch == "{":
-            so_far = text[begin:m.start()]
-            if operand_depth or "=" in so_far or _statement_opcode(so_far):
+            if operand_depth or operand_statement:
                 operand_depth += 1
+                continue
+            so_far = text[begin:m.start()]
+            if "=" in so_far or _statement_opcode(so_far):
+                operand_depth, operand_statement = 1, True
             else:
                 close(m.start(), depth)
                 depth += 1
@@ -100,7 +107,7 @@ def ptx_statement_spans(ptx: str) -> list[tuple[int, str, int]]:
             else:
                 close(m.start(), depth)
                 depth = max(0, depth - 1)
-                begin = start
+                begin, operand_statement = start, False
     close(len(text), depth)
     return spans
 
@@ -203,7 +210,8 @@ class InspectResult:
 
 def inspect(ptx: str, cubin: bytes | None, require: list[str] | tuple[str, ...] = (), *,
             sass: str | None = None, cache: Cache | None = None,
-            launched: list[str] | tuple[str, ...] | None = None) -> InspectResult:
+            launched: list[str] | tuple[str, ...] | None = None,
+            timeout: float = DISASSEMBLE_TIMEOUT_S) -> InspectResult:
     """Census of the PTX and (when there is a cubin) the SASS, and one row per requested family.
 
     `launched` names the entries that run (the launch manifest's); without it the whole module
@@ -217,7 +225,7 @@ def inspect(ptx: str, cubin: bytes | None, require: list[str] | tuple[str, ...] 
     seconds["ptx_census"] = time.perf_counter() - t0
     if sass is None and cubin is not None:
         t1 = time.perf_counter()
-        sass = disassemble(cubin, cache=cache)
+        sass = disassemble(cubin, cache=cache, timeout=timeout)
         seconds["nvdisasm"] = time.perf_counter() - t1
     t2 = time.perf_counter()
     per_function = sass_census(sass) if sass is not None else {}
@@ -269,12 +277,26 @@ def _entry_families(ptx: str, per_function: dict[str, Counter[str]] | None,
     """Each entry's reach and families; and, when `launched` is given, the families of every
     function that no launched entry reaches (by name)."""
     functions = ptx_functions(ptx)
+    # Each function's families, found once: many entries may reach the same large function.
+    ptx_of: dict[str, set[str]] = {}
+    sass_of: dict[str, set[str]] = {}
 
     def families_of(names: list[str]) -> tuple[list[str], list[str] | None]:
-        ptx_ops = set().union(*(set(ptx_census(functions[n].body)) for n in names if n in functions))
+        in_ptx: set[str] = set()
+        in_sass: set[str] = set()
+        for n in names:
+            if n in functions:
+                if n not in ptx_of:
+                    ptx_of[n] = set(ptx_families(set(ptx_census(functions[n].body))))
+                in_ptx |= ptx_of[n]
+            if per_function is not None:
+                if n not in sass_of:
+                    sass_of[n] = set(sass_families(set(per_function.get(n, ()))))
+                in_sass |= sass_of[n]
+        in_order = [f for f in ALL_FAMILIES if f in in_ptx]
         if per_function is None:
-            return ptx_families(ptx_ops), None
-        return ptx_families(ptx_ops), sass_families(set().union(*(set(per_function.get(n, ())) for n in names)))
+            return in_order, None
+        return in_order, [f for f in ALL_FAMILIES if f in in_sass]
 
     entries = []
     for name, f in functions.items():

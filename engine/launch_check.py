@@ -41,7 +41,8 @@ ARCH_LIMITS: dict[str, tuple[int, int]] = {
 DEFAULT_LIMITS = (132, 232448)
 REGISTERS_PER_BLOCK = 65536
 REGISTER_UNIT = 256            # registers are given to a warp in units of 256 (8 per thread)
-_THREAD_BOUND = re.compile(r"\.(maxntid|reqntid)\s+(\d+)(?:\s*,\s*(\d+))?(?:\s*,\s*(\d+))?")
+_THREAD_BOUND = re.compile(r"\.(maxntid|reqntid)\s++(\d++)(?:\s*+,\s*+(\d++))?(?:\s*+,\s*+(\d++))?")
+_MAX_DIGITS = 18     # more is nonsense, and int() of a long run of digits is slow (and refused past 4300)
 
 
 @dataclass
@@ -114,7 +115,7 @@ def _thread_bounds(ptx: str) -> dict[str, tuple[str, int]]:
     out = {}
     for name, f in ptx_functions(ptx).items():
         if f.kind == "entry" and (m := _THREAD_BOUND.search(f.head)):
-            dims = [int(d) for d in m.groups()[1:] if d]
+            dims = [int(d) if len(d) <= _MAX_DIGITS else 10 ** _MAX_DIGITS for d in m.groups()[1:] if d]
             out[name] = (f".{m.group(1)} {', '.join(map(str, dims))}", math.prod(dims))
     return out
 
@@ -158,6 +159,8 @@ def demangled_base(name: str) -> str | None:
     i += nested
     last = None
     while i < len(name) and (m := _SOURCE_NAME.match(name, i)):
+        if len(m.group(1)) > _MAX_DIGITS:    # no real name is that long
+            return None
         length = int(m.group(1))
         last = name[m.end():m.end() + length]
         i = m.end() + length

@@ -11,10 +11,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-_COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
-_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
-_HEADER = re.compile(r"\.(entry|func)\b\s*(?:\([^)]*\)\s*)?([A-Za-z_$%][\w$]*)")
-_NAME = re.compile(r"[A-Za-z_$%][\w$]*")
+from ptxbench.engine.text_scan import NextChar, replace_strings, skip, strip_comments
+
+# A header is `.entry`/`.func`, an optional parenthesised return list, then the name; the list is
+# read by hand (`NextChar`) so that many unclosed `(` do not each search to the end of the text.
+_HEADER_WORD = re.compile(r"\.(entry|func)\b\s*+")
+_SPACE = re.compile(r"\s*+")
+_NAME = re.compile(r"[A-Za-z_$%][\w$]*+")
 _PUNCT = re.compile(r"[(){};]")
 
 
@@ -29,21 +32,39 @@ class PtxFunction:
 
 def ptx_functions(ptx: str) -> dict[str, PtxFunction]:
     """Each function with a body, by name (a declaration without a body is left out)."""
-    text = _STRING.sub('""', _COMMENTS.sub(" ", ptx))
+    text = replace_strings(strip_comments(ptx, fill="space"), keep_length=False)
     bodies: dict[str, tuple[str, str, str]] = {}
+    closing = NextChar(text, ")")
     pos = 0
-    while m := _HEADER.search(text, pos):
-        kind, name = m.group(1), m.group(2)
-        start, end = _body(text, m.end())
-        pos = max(end, m.end())
+    while (found := _header(text, pos, closing)) is not None:
+        kind, name, at, head_end = found
+        start, end = _body(text, head_end)
+        pos = max(end, head_end)
         if start is not None:
-            bodies[name] = (kind, text[start:end], text[m.end():start - 1])
+            bodies[name] = (kind, text[start:end], text[head_end:start - 1])
     names = set(bodies)
     out = {}
     for name, (kind, body, head) in bodies.items():
         calls = frozenset(n for n in set(_NAME.findall(body)) & names if n != name)
         out[name] = PtxFunction(name, kind, body, calls, head)
     return out
+
+
+def _header(text: str, pos: int, closing: NextChar) -> tuple[str, str, int, int] | None:
+    """The first function header at or after `pos`: (kind, name, where it starts, where it ends),
+    the first match of `\\.(entry|func)\\b\\s*(?:\\([^)]*\\)\\s*)?NAME` as a regex search finds it."""
+    after: dict[int, re.Match[str] | None] = {}    # `)` → the name after it: headers may share one `)`
+    while (m := _HEADER_WORD.search(text, pos)) is not None:
+        at = m.end()
+        if text.startswith("(", at) and (close := closing(at + 1)) >= 0:
+            if close not in after:
+                after[close] = _NAME.match(text, skip(_SPACE, text, close + 1))
+            if (name := after[close]) is not None:
+                return m.group(1), name.group(0), m.start(), name.end()
+        if (name := _NAME.match(text, at)) is not None:
+            return m.group(1), name.group(0), m.start(), name.end()
+        pos = m.start() + 1
+    return None
 
 
 def _body(text: str, at: int) -> tuple[int | None, int]:

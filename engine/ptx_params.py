@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
+from ptxbench.engine.text_scan import NextChar, strip_comments
+
 if TYPE_CHECKING:
     from ptxbench.engine.manifest import ResolvedManifest
 
@@ -67,24 +69,38 @@ def ptx_param_kinds(resolved: ResolvedManifest) -> list[list[ParamKind]]:
 _TYPE_BYTES = {"b8": 1, "s8": 1, "u8": 1, "b16": 2, "s16": 2, "u16": 2, "f16": 2, "bf16": 2,
                "b32": 4, "s32": 4, "u32": 4, "f32": 4, "f16x2": 4, "bf16x2": 4,
                "b64": 8, "s64": 8, "u64": 8, "f64": 8, "b128": 16}
-_COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
-_ENTRY = re.compile(r"\.entry\s+([A-Za-z_$%][\w$]*)\s*(\()?")
+_ENTRY = re.compile(r"\.entry\s++([A-Za-z_$%][\w$]*+)\s*+(\()?")
+# Possessive throughout: a declaration is matched once, never backtracked over.
 _PARAM = re.compile(
-    r"^\.param\s+(?:\.align\s+(\d+)\s+)?\.(\w+)\s+"
-    r"(?:\.ptr\s+(?:\.(?:global|shared|const|local)\s+)?(?:\.align\s+\d+\s+)?)?"
-    r"[A-Za-z_$%][\w$]*\s*(?:\[\s*(\d+)\s*\])?$")
+    r"\.param\s++(?:\.align\s++(\d++)\s++)?\.(\w++)\s++"
+    r"(?:\.ptr\s++(?:\.(?:global|shared|const|local)\s++)?(?:\.align\s++\d++\s++)?)?"
+    r"[A-Za-z_$%][\w$]*+\s*+(?:\[\s*+(\d++)\s*+\])?$")
+_MAX_DIGITS = 18     # a count or an alignment longer than this is nonsense; int() of a long one is slow
+
+
+def _number(digits: str) -> int:
+    return int(digits) if len(digits) <= _MAX_DIGITS else 10 ** _MAX_DIGITS
 
 
 def parse_entry_params(ptx_text: str) -> dict[str, list[EntryParam]]:
-    """Each `.entry` of a PTX module → its parameters in order. Unparseable params get type '?'."""
-    text = _COMMENTS.sub(" ", ptx_text)
+    """Each `.entry` of a PTX module → its parameters in order. Unparseable params get type '?'.
+
+    A parameter list ends at its `)`, or where the next `.entry` begins when that comes first
+    (only in a module ptxas would refuse), so no text is read for two entries."""
+    text = strip_comments(ptx_text, fill="space")
+    closing = NextChar(text, ")")
     out: dict[str, list[EntryParam]] = {}
-    for m in _ENTRY.finditer(text):
+    entries = _ENTRY.finditer(text)      # read one ahead, never all kept: a module may hold 10⁵ of them
+    following = next(entries, None)
+    while (m := following) is not None:
+        following = next(entries, None)
         params: list[EntryParam] = []
         if m.group(2):
-            end = text.find(")", m.end())
-            body = text[m.end(): end if end >= 0 else len(text)]
-            for decl in (d.strip() for d in body.split(",")):
+            end = closing(m.end())
+            end = len(text) if end < 0 else end
+            if following is not None:
+                end = min(end, following.start())
+            for decl in (d.strip() for d in text[m.end():end].split(",")):
                 if not decl:
                     continue
                 pm = _PARAM.match(" ".join(decl.split()))
@@ -92,8 +108,8 @@ def parse_entry_params(ptx_text: str) -> dict[str, list[EntryParam]]:
                     params.append(EntryParam("?", 0, 0))
                     continue
                 elem = _TYPE_BYTES[pm.group(2)]
-                count = int(pm.group(3)) if pm.group(3) else 1
-                params.append(EntryParam(pm.group(2), elem * count, int(pm.group(1)) if pm.group(1) else elem))
+                count = _number(pm.group(3)) if pm.group(3) else 1
+                params.append(EntryParam(pm.group(2), elem * count, _number(pm.group(1)) if pm.group(1) else elem))
         out[m.group(1)] = params
     return out
 

@@ -45,7 +45,7 @@ from ptxbench.db.store import write_transaction
 from ptxbench.db.writes import CONTEXT_LEVELS, add_evaluation, add_sample, create_run, finish_run, get_or_create_model
 from ptxbench.engine.extract import ExtractResult
 from ptxbench.models.client import ChatClient, ChatResult, ClientConfig, EndpointError
-from ptxbench.models.judging import JudgeFailed, JudgeWithdrawn, fill_candidate, judge_sample
+from ptxbench.models.judging import JudgeFailed, JudgeWithdrawn, candidate_of, fill_candidate, judge_sample
 from ptxbench.models.refine import assistant_text, conversation, feedback_message, is_final
 from ptxbench.tasks.prompts import PROMPT_VERSION, Prompt, build_prompt
 from ptxbench.tasks.spec import TaskSpec, get_task
@@ -316,7 +316,8 @@ class ModelRun:
 
     async def _judge(self, spec: TaskSpec, sample: Sample, meta: dict[str, Any] | None) -> Evaluation:
         assert self.report is not None
-        extracted = fill_candidate(self.db, sample)
+        # Extracting reads the whole reply: in a thread, so that no reply holds up the event loop.
+        extracted = fill_candidate(self.db, sample, await asyncio.to_thread(candidate_of, sample))
         extra: dict[str, Any] = {}
         if self.judge_elsewhere is not None:
             result, extra = await self.judge_elsewhere(extracted, spec, sample)

@@ -52,9 +52,12 @@ def candidate_of(sample: Sample, malformed: str | None = None) -> ExtractResult:
     return ExtractResult(False, Category.NO_CANDIDATE, None, {"reason": "the sample holds no code and no response"})
 
 
-def fill_candidate(db: sqlite_utils.Database, sample: Sample) -> ExtractResult:
-    """Extract the candidate of a sample stored with its raw response only, and store it on the sample."""
-    extracted = candidate_of(sample)
+def fill_candidate(db: sqlite_utils.Database, sample: Sample, extracted: ExtractResult | None = None) -> ExtractResult:
+    """Extract the candidate of a sample stored with its raw response only, and store it on the sample.
+    `extracted` is `candidate_of(sample)` when the caller has it already: async callers work it out
+    in a thread (a reply is up to 4 MiB), and only the store's write stays with them."""
+    if extracted is None:
+        extracted = candidate_of(sample)
     if sample.language == "none" and extracted.ok and extracted.candidate is not None:
         c = extracted.candidate
         updated = set_sample_candidate(db, sample.id, c.language, c.code, manifest_dict(c))  # type: ignore[arg-type]

@@ -8,17 +8,16 @@ mentioned: their results stay out of every message.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from ptxbench.db.records import Evaluation, Measurement, Sample
 from ptxbench.engine.categories import DESCRIPTIONS, OK, STAGE_OF, Category
+from ptxbench.engine.text_scan import remove_think
 from ptxbench.models.agent_tools import scrub
 from ptxbench.tasks.spec import TaskSpec
 
 MAX_LOG_LINES = 25
 MAX_WARNINGS = 6
-_THINK = re.compile(r"<think>.*?</think>\s*", re.S | re.I)
 LOST_REPLY = "(my previous reply did not arrive intact)"
 
 CLOSING = ("Fix the problem and reply with the complete corrected kernel in one fenced code block (```ptx or "
@@ -198,7 +197,8 @@ def assistant_text(response: str | None, malformed: bool = False) -> str:
     """A stored response as it goes back into the conversation (reasoning set aside)."""
     if malformed or not response:
         return LOST_REPLY
-    text = _THINK.sub("", response).strip()
+    # Linear whatever the reply (it runs on the run's event loop): engine.text_scan, not a lazy regex.
+    text = remove_think(response, space_after=True).text.strip()
     return text or LOST_REPLY
 
 

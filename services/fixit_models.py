@@ -179,7 +179,9 @@ class Repairer:
             from ptxbench.db.writes import add_sample
 
             sample = add_sample(self.db, sample)
-            extracted = candidate_of(sample, result.malformed) if result.malformed else fill_candidate(self.db, sample)
+            # Extracting reads the whole reply: in a thread, so that no reply holds up the event loop.
+            extracted = (candidate_of(sample, result.malformed) if result.malformed else
+                         fill_candidate(self.db, sample, await asyncio.to_thread(candidate_of, sample)))
             try:
                 async with self._judge_slot:
                     judged = await asyncio.to_thread(judge_sample, extracted, spec, gpu=cfg.gpu)

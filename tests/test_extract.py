@@ -249,3 +249,13 @@ def test_unreadable_path_raises_a_clear_oserror(tmp_path):
         load_candidate_file(tmp_path / "missing.ptx")
     with pytest.raises(OSError, match="cannot read"):
         load_candidate_file(tmp_path)
+
+
+def test_an_unclosed_think_makes_the_rest_of_the_response_reasoning():
+    r = extract(fence("ptx", PTX) + "<think>\nor maybe\n" + fence("ptx", PTX2))
+    assert ok(r, "ptx").code == PTX
+    assert "never closed" in r.evidence["reasoning_removed"]
+    ev = failed(extract("Let me see.\n<think>\n" + fence("ptx", PTX)), "no_candidate")
+    assert "never closed" in ev["reasoning_removed"]
+    ev = failed(extract("<think>" + fence("ptx", PTX) + "</think>"), "no_candidate")
+    assert "only reasoning" in ev["reason"]
