@@ -22,12 +22,11 @@ def run_agent_command(*, db_path: Path | None, as_json: bool, fallback: str, tim
                       plain_printer: Any, plain_summary: Any, **options: Any) -> None:
     """`plain_printer` and `plain_summary` show a plain run's events and summary (cli/run.py's), for
     the fallback to the multi-turn mode."""
-    from rich.console import Console
-
+    from ptxbench.cli.terminal import console
     from ptxbench.services import agent, runs
 
-    err = Console(stderr=True, highlight=False)
-    out = Console(highlight=False)
+    err = console(stderr=True)
+    out = console()
     with reported("run"):
         if fallback not in agent.FALLBACKS:
             raise fail("run", f"--agent-fallback: use {' or '.join(agent.FALLBACKS)}")

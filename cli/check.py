@@ -17,6 +17,7 @@ from typing import Annotated, Optional
 import typer
 
 from ptxbench.cli.conventions import ExitCode, fail
+from ptxbench.engine.inert import inert
 
 
 def check_command(
@@ -41,17 +42,17 @@ def check_command(
         raise fail("check", str(exc), ExitCode.TOOL) from None
     except Exception as exc:  # the tool failed, not the candidate: one line, no traceback
         if os.environ.get("PTXBENCH_DEBUG"):
-            traceback.print_exc()
+            sys.stderr.write(inert(traceback.format_exc()))  # it may quote the candidate
         raise fail("check", f"internal error: {type(exc).__name__}: {exc} (PTXBENCH_DEBUG=1 shows the traceback)",
                    ExitCode.TOOL) from None
     if as_json:
+        # ensure_ascii (the default) writes every control and bidi character as \uXXXX.
         sys.stdout.write(json.dumps(check_payload(result), indent=2, default=str) + "\n")
         return
-    from rich.console import Console
-
     from ptxbench.cli.render import render_check, render_judgement
+    from ptxbench.cli.terminal import console
 
-    out = Console(highlight=False)
+    out = console()
     render_check(out, result.verdict, result.gpu)
     if result.judgement is not None:
         render_judgement(out, result.judgement)

@@ -26,10 +26,11 @@ class ExitCode(IntEnum):
 
 
 def say_error(command: str, message: str) -> None:
-    """`ptxbench <command>: error: <message>` on standard error."""
-    from rich.console import Console
+    """`ptxbench <command>: error: <message>` on standard error (the message may quote a candidate,
+    a model or a tool: the console makes it inert)."""
+    from ptxbench.cli.terminal import console
 
-    Console(stderr=True, highlight=False).print(
+    console(stderr=True).print(
         f"ptxbench {command}: error: {message}", style="red", markup=False, highlight=False, soft_wrap=True
     )
 

@@ -27,20 +27,24 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ptxbench.cli.conventions import fail
+from ptxbench.engine.inert import inert
 from ptxbench.services import progress as ev
 
 
 class RichProgress:
-    """The batch's events as a progress bar and a closing summary, on standard error."""
+    """The batch's events as a progress bar and a closing summary, on standard error. A worker's
+    message and a device's name may quote a tool: the columns read no markup and every value is
+    made inert."""
 
     def __init__(self) -> None:
-        from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self.console = Console(stderr=True, highlight=False)
-        self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), TextColumn("{task.fields[note]}"), console=self.console,
-                                 transient=False)
+        from ptxbench.cli.terminal import console
+
+        self.console = console(stderr=True)
+        self.progress = Progress(TextColumn("{task.description}", style="bold", markup=False), BarColumn(),
+                                 MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.fields[note]}", markup=False),
+                                 console=self.console, transient=False)
         self.task: Any = None
         self.counts: Counter[str] = Counter()
         self.current = ""
@@ -49,15 +53,15 @@ class RichProgress:
 
     def _worker_line(self, name: str, note: str) -> None:
         if name not in self.workers:
-            self.workers[name] = self.progress.add_task(f"  {name}", total=None, note="")
-        self.progress.update(self.workers[name], note=note)
+            self.workers[name] = self.progress.add_task(inert(f"  {name}"), total=None, note="")
+        self.progress.update(self.workers[name], note=inert(note))
 
     def emit(self, event: ev.Event) -> None:
         match event:
             case ev.Start():
                 self.progress.start()
                 where = event.device or ("static stages only" if event.static_only else "no GPU")
-                self.task = self.progress.add_task(f"eval ({where})", total=event.total, note="")
+                self.task = self.progress.add_task(inert(f"eval ({where})"), total=event.total, note="")
             case ev.WorkerChanged():
                 shared = " (shared GPU: timing not clean)" if event.shared else ""
                 if event.state in ("ready", "joined"):
@@ -74,17 +78,17 @@ class RichProgress:
                 if event.worker:
                     self._worker_line(event.worker, self.current)
                 else:
-                    self.progress.update(self.task, note=self.current)
+                    self.progress.update(self.task, note=inert(self.current))
             case ev.StageChanged(status="begin"):
                 if event.worker:
                     self._worker_line(event.worker, f"sample {event.sample_id}: {event.stage}")
                 else:
-                    self.progress.update(self.task, note=f"{self.current}: {event.stage}")
+                    self.progress.update(self.task, note=inert(f"{self.current}: {event.stage}"))
             case ev.Result():
                 self.counts[event.category] += 1
                 extra = f" {event.speedup:.3f}x" if event.speedup else ""
                 note = f"sample {event.sample_id}: {event.category}{extra}"
-                self.progress.update(self.task, advance=1, note=note)
+                self.progress.update(self.task, advance=1, note=inert(note))
                 if event.worker:
                     self.done_by[event.worker] += 1
                     self._worker_line(event.worker, f"{self.done_by[event.worker]} judged; last {note}")

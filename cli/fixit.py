@@ -26,6 +26,7 @@ import typer
 
 from ptxbench.cli.conventions import ExitCode, fail, register, reported
 from ptxbench.cli.fixit_train import COMMANDS as TRAINING
+from ptxbench.engine.inert import inert
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Fixit: fix pairs, explanations, a fine-tuning set, LoRA training and re-measurement.")
@@ -36,9 +37,9 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON object ins
 
 
 def _console() -> Any:
-    from rich.console import Console
+    from ptxbench.cli.terminal import console
 
-    return Console(highlight=False)
+    return console()
 
 
 def _open(db: Path | None, command: str) -> Any:
@@ -154,7 +155,7 @@ def repair(
                      f"pairs), {report.unverified} passed statically only, {report.failed} not repaired; "
                      f"{report.requests} request(s); categories {dict(report.categories)}")
     for err in report.errors:
-        typer.echo(f"  sample {err['failed_sample_id']} turn {err['turn']}: {err['error']}", err=True)
+        typer.echo(inert(f"  sample {err['failed_sample_id']} turn {err['turn']}: {err['error']}"), err=True)
 
 
 # -- explain ----------------------------------------------------------------------------------------
@@ -199,8 +200,8 @@ def explain(
     if model is None:
         typer.echo(f"{report.derived} derived explanation(s) added ({len(pairs_)} pair(s) considered)")
     else:
-        typer.echo(f"{report.written} explanation(s) written by {model} ({report.asked} asked, {report.empty} empty, "
-                   f"{len(report.errors)} error(s))")
+        typer.echo(inert(f"{report.written} explanation(s) written by {model} ({report.asked} asked, "
+                         f"{report.empty} empty, {len(report.errors)} error(s))"))
 
 
 # -- export -----------------------------------------------------------------------------------------

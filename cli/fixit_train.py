@@ -13,6 +13,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ptxbench.cli.conventions import reported
+from ptxbench.engine.inert import inert
 
 
 def tiny(
@@ -105,7 +106,7 @@ def remeasure(
     out.write_text(json.dumps(report, indent=2, default=str))
     if markdown is not None:
         markdown.write_text(table)
-    typer.echo(table)
+    typer.echo(inert(table))  # it quotes what the models replied
 
 
 COMMANDS = (("tiny", tiny), ("train", train), ("remeasure", remeasure))

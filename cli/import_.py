@@ -29,11 +29,10 @@ def import_command(
     as_json: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
 ) -> None:
     """Import responses or candidates from a JSONL file, then judge them."""
-    from rich.console import Console
-
+    from ptxbench.cli.terminal import console
     from ptxbench.services.runs import ImportFileError, import_responses
 
-    err = Console(stderr=True, highlight=False)
+    err = console(stderr=True)
     with reported("import"):
         try:
             report = import_responses(file, db_path=db_path, judge=judge, gpu=gpu,
@@ -43,7 +42,7 @@ def import_command(
     if as_json:
         sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
     else:
-        out = Console(highlight=False)
+        out = console()
         out.print(f"{file}: {report.imported} imported, {report.skipped} already stored, {report.judged} judged",
                   markup=False, soft_wrap=True)
         for category, n in sorted(report.categories.items(), key=lambda kv: (-kv[1], kv[0])):

@@ -1,4 +1,9 @@
-"""Rich rendering of engine results for the terminal."""
+"""Rich rendering of engine results for the terminal.
+
+Everything here that came from the candidate, a model or a tool (evidence, ptxas's messages, entry
+and block names, notes, the origin) is made inert (engine/inert.py) before it goes into a `Text`;
+strings handed to rich as they are (table cells, titles) are made inert by the CLI's console
+(cli/terminal.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ from rich.text import Text
 
 from ptxbench.db.browse_sample import coverage_of
 from ptxbench.engine.categories import DESCRIPTIONS, OK, SKIPPED_PREFIX
+from ptxbench.engine.inert import inert
 
 if TYPE_CHECKING:
     from ptxbench.engine.static import StaticVerdict
@@ -26,8 +32,8 @@ def category_text(category: str) -> Text:
     if category == OK:
         return Text("ok", style="bold green")
     if category.startswith(SKIPPED_PREFIX):
-        return Text(category, style="yellow")
-    return Text(category, style="bold red")
+        return Text(inert(category), style="yellow")
+    return Text(inert(category), style="bold red")
 
 
 def families_table(verdict: StaticVerdict) -> Table | None:
@@ -37,7 +43,7 @@ def families_table(verdict: StaticVerdict) -> Table | None:
     for col in ("family", "kind", "PTX", "SASS", "verdict"):
         table.add_column(col)
     for row in verdict.families:
-        verdict_cell = Text("ok", style="green") if row.ok else Text(f"missing in {row.missing}", style="red")
+        verdict_cell = Text("ok", style="green") if row.ok else Text(inert(f"missing in {row.missing}"), style="red")
         table.add_row(row.family, row.kind, _mark(row.in_ptx), _mark(row.in_sass), verdict_cell)
     return table
 
@@ -48,6 +54,7 @@ ENTRY_WIDTH = 28
 
 
 def short_name(name: str, width: int = ENTRY_WIDTH) -> str:
+    name = inert(name)  # cut as it will be shown
     if len(name) <= width:
         return name
     head = (width - 1) * 2 // 3
@@ -95,29 +102,29 @@ def blocks_text(extract_evidence: dict[str, Any]) -> Text | None:
         return None
     t = Text("\n")
     t.append("blocks used: ", style="bold")
-    t.append(", ".join(f"{b['block']} ({b['as']})" for b in used))
+    t.append(inert(", ".join(f"{b['block']} ({b['as']})" for b in used)))
     for b in aside:
-        t.append(f"\n  set aside: block {b['block']}: {b['why']}", style="dim")
+        t.append(inert(f"\n  set aside: block {b['block']}: {b['why']}"), style="dim")
     return t
 
 
 def render_check(console: Console, verdict: StaticVerdict, gpu: str) -> None:
     head = Text()
     head.append_text(category_text(verdict.category))
-    head.append(f"   stage {verdict.stage}", style="dim")
+    head.append(inert(f"   stage {verdict.stage}"), style="dim")
     if verdict.category != OK and verdict.category in DESCRIPTIONS:
         head.append(f"\n{DESCRIPTIONS[verdict.category]}", style="italic")
     where = " · ".join(x for x in (verdict.task_id or "no task", verdict.arch, verdict.language or "", verdict.origin) if x)
-    head.append(f"\n{where}", style="dim")
+    head.append("\n" + inert(where), style="dim")  # the origin is a file name or a model's
     parts: list[Any] = [head]
 
     if verdict.evidence:
         ev = Text("\nevidence: ", style="bold")
         if verdict.evidence_line:
-            ev.append(f"line {verdict.evidence_line}: ", style="cyan")
-        ev.append(verdict.evidence)
+            ev.append(inert(f"line {verdict.evidence_line}: "), style="cyan")
+        ev.append(inert(verdict.evidence))  # ptxas's message, quoting the candidate
         if verdict.evidence_source:
-            ev.append(f"\n    {verdict.evidence_source}", style="dim")
+            ev.append("\n    " + inert(verdict.evidence_source), style="dim")  # the candidate's own line
         parts.append(ev)
 
     blocks = blocks_text(verdict.extract_evidence)
@@ -129,9 +136,9 @@ def render_check(console: Console, verdict: StaticVerdict, gpu: str) -> None:
         fam.append("launched:      ", style="bold")
         fam.append(", ".join(short_name(e) for e in verdict.launched) + "\n")
     fam.append("PTX families:  ", style="bold")
-    fam.append(", ".join(verdict.ptx_families) or "none")
+    fam.append(inert(", ".join(verdict.ptx_families) or "none"))
     fam.append("\nSASS families: ", style="bold")
-    fam.append(", ".join(verdict.sass_families) or ("none" if verdict.assembled else "— (not assembled)"))
+    fam.append(inert(", ".join(verdict.sass_families) or ("none" if verdict.assembled else "— (not assembled)")))
     parts.append(fam)
 
     for table in (families_table(verdict), entries_table(verdict), resources_table(verdict.resources)):
@@ -142,26 +149,36 @@ def render_check(console: Console, verdict: StaticVerdict, gpu: str) -> None:
     if verdict.launch_problems and verdict.category == OK:
         p = Text("\nheld-out launches that cannot work:", style="bold yellow")
         for x in verdict.launch_problems:
-            p.append(f"\n  {x['category']}: {x['message']}")
+            p.append(inert(f"\n  {x['category']}: {x['message']}"))
         parts.append(p)
 
     if verdict.notes:
         n = Text("\nnotes:", style="bold")
         for note in verdict.notes:
-            n.append(f"\n  {note}")
+            n.append(inert(f"\n  {note}"))
         parts.append(n)
+
+    box = verdict.sandbox
+    if box and not (box.get("filesystem") and box.get("limits")):
+        # Said once per check: the tools that read this candidate were less confined than docs/security.md
+        # promises (no Landlock on this kernel, or PTXBENCH_SANDBOX=off).
+        s = Text("\nsandbox: ", style="bold yellow")
+        s.append(inert(f"{box.get('sandbox')}: the tools ran without " + " and ".join(
+            w for w, on in (("filesystem confinement", box.get("filesystem")), ("resource limits", box.get("limits")))
+            if not on) + " (docs/security.md)"))
+        parts.append(s)
 
     if verdict.warnings:
         w = Text("\nwarnings:", style="bold yellow")
         for m in verdict.warnings:
             code = f"({m['code']}) " if m.get("code") else ""
             line = f"line {m['line']}: " if m.get("line") else ""
-            w.append(f"\n  {m['tool']} {line}{code}{m['text']}")
+            w.append(inert(f"\n  {m['tool']} {line}{code}{m['text']}"))
         parts.append(w)
 
     tail = Text("\n")
     tail.append("GPU: ", style="bold")
-    tail.append_text(category_text(gpu) if gpu.startswith(SKIPPED_PREFIX) else Text(gpu))
+    tail.append_text(category_text(gpu) if gpu.startswith(SKIPPED_PREFIX) else Text(inert(gpu)))
     secs = ", ".join(f"{k} {v:.2f}s" for k, v in verdict.seconds.items())
     tail.append(f"\n{secs}{' (cached)' if verdict.cached else ''}", style="dim")
     parts.append(tail)

@@ -20,6 +20,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ptxbench.cli.conventions import fail, reported
+from ptxbench.engine.inert import inert
 
 RATE_COLUMNS = (
     ("compile_rate", "compile"),
@@ -60,8 +61,7 @@ def report_command(
     markdown_out: Annotated[Optional[Path], typer.Option("--markdown", help="with --headline: write the table as Markdown to this file ('-' for stdout)")] = None,
 ) -> None:
     """Rates, fast_p, speedups and pass@k per task, model, context level, split and turn budget."""
-    from rich.console import Console
-
+    from ptxbench.cli.terminal import console
     from ptxbench.services.metrics import metrics
 
     group_by = _split_list(by) or []
@@ -89,7 +89,7 @@ def report_command(
         if markdown_out is not None:
             _write(markdown_out, table.markdown(lines, paper_source()))
         if "-" not in (str(json_out), str(csv_out), str(markdown_out)):
-            table.render(Console(highlight=False, width=max(Console().width, 200)), lines, paper_source())
+            table.render(console(width=max(console().width, 200)), lines, paper_source())
         return
     with reported("report"):
         rows = metrics(db_path, group_by=group_by, split=split, turn_budgets=budgets, tasks=_split_list(task),
@@ -101,12 +101,14 @@ def report_command(
     if csv_out is not None:
         _write(csv_out, _csv(flat))
     if "-" not in (str(json_out), str(csv_out)):
-        render(Console(highlight=False), rows, group_by)
+        render(console(), rows, group_by)
 
 
 def _write(target: Path, text: str) -> None:
     if str(target) == "-":
-        sys.stdout.write(text)
+        # To a terminal, perhaps: a model's or a task's name with control characters is shown inert
+        # (JSON has none left; the file written below keeps the text as it is).
+        sys.stdout.write(inert(text))
     else:
         target.write_text(text, encoding="utf-8")
 

@@ -57,8 +57,7 @@ def run_command(
 ) -> None:
     """Ask a model for kernels, judge each answer, feed the verdict back for up to --turns turns (or, with
     --agent, let it work with the judge's tools until it submits)."""
-    from rich.console import Console
-
+    from ptxbench.cli.terminal import console
     from ptxbench.services import runs
     from ptxbench.services.batch import SignalStop
 
@@ -81,8 +80,8 @@ def run_command(
         raise fail("run", "--agent-fallback goes with --agent")
     turns = turns or 1
 
-    err = Console(stderr=True, highlight=False)
-    out = Console(highlight=False)
+    err = console(stderr=True)
+    out = console()
     with reported("run"):
         configs = runs.run_configs(
             model=model, base_url=base_url, tasks=tasks, arch=arch, context=context, gpu=gpu, api_key_env=api_key_env,

@@ -27,8 +27,7 @@ def tasks_command(
     if as_json:
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
         return
-    from rich.console import Console
-
     from ptxbench.cli.render import render_tasks
+    from ptxbench.cli.terminal import console
 
-    render_tasks(Console(highlight=False), rows)
+    render_tasks(console(), rows)

@@ -10,16 +10,20 @@ StoreBanner."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from textual import work
 from textual.app import App
+from textual.filter import LineFilter
+from textual.notifications import SeverityLevel
 from textual.reactive import reactive
 
 from ptxbench.db import browse_summary as summary
 from ptxbench.db import verdict
 from ptxbench.db.reader import StoreReader
+from ptxbench.engine.inert import inert
 from ptxbench.themes.ptxbench import DEFAULT_THEME, THEMES
 from ptxbench.tui import keys
 from ptxbench.tui.commands import BindingCommands
@@ -29,6 +33,7 @@ from ptxbench.tui.messages import (
     CellsLoaded, Reverify, ShowDiff, ShowSample, ShowSamples, StepUnlabelled, StoreFailed,
 )
 from ptxbench.tui.screens.overview import OverviewScreen
+from ptxbench.tui.untrusted import InertLines
 
 if TYPE_CHECKING:
     from ptxbench.tui.screens.live import LiveScreen
@@ -91,6 +96,19 @@ class PtxbenchApp(Labelling, App[int]):
         self.theme = config.theme if config.theme in self.available_themes else DEFAULT_THEME
         if config.keymap:
             self.set_keymap(config.keymap)
+
+    _inert_lines = InertLines()
+
+    def get_line_filters(self) -> Sequence[LineFilter]:
+        """Textual's filters, then one that keeps control characters from the terminal: text the
+        explorer did not write is made inert where it is shown, and this catches what was missed."""
+        return [*super().get_line_filters(), self._inert_lines]
+
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+               timeout: float | None = None, markup: bool = True) -> None:
+        """A toast's text is plain: its messages quote store errors and sample text (`markup` is
+        accepted and ignored, so that no caller can turn it back on)."""
+        super().notify(inert(message), title=inert(title), severity=severity, timeout=timeout, markup=False)
 
     def on_mount(self) -> None:
         self.update_notice()

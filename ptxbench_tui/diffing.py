@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass, field
 
 from ptxbench.db.browse import SampleDetail
+from ptxbench.engine.inert import inert
 
 TARGETS = ("ptx", "manifest", "sass", "log", "evidence")
 TARGET_NAMES = {"ptx": "PTX", "manifest": "launch manifest", "sass": "SASS", "log": "assembler log",
@@ -74,6 +75,11 @@ class DiffResult:
 
 
 def text_of(detail: SampleDetail, target: str) -> str:
+    """What is diffed of a sample, as shown: its control characters written out (engine/inert.py)."""
+    return inert(_raw_text_of(detail, target))
+
+
+def _raw_text_of(detail: SampleDetail, target: str) -> str:
     latest = detail.latest
     if target == "ptx":
         return detail.ptx

@@ -23,8 +23,10 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
 from ptxbench.db import trajectories
+from ptxbench.engine.inert import inert
 from ptxbench.tui import keys
 from ptxbench.tui.messages import ShowDiff, ShowSample, StoreFailed
+from ptxbench.tui.untrusted import markup_value
 from ptxbench.tui.widgets.common import Table
 from ptxbench.tui.widgets.key_bar import KeyBar
 from ptxbench.tui.widgets.store_banner import StoreBanner
@@ -183,7 +185,8 @@ class AgentStepsScreen(Screen):
             tokens = "" if ep.tokens_in is None else f", {ep.tokens_in + (ep.tokens_out or 0):,} tokens"
             cost = "" if ep.cost is None else f", cost {ep.cost:.4g}"
             kernel = f"; kernel: sample {ep.sample_id} (k opens it)" if ep.sample_id else "; no kernel"
-            head = (f"Episode {ep.id} · {ep.task_id} · {ep.agent} · {ep.status} · {ep.turns} replies, {ep.tool_calls} "
+            head = (f"Episode {ep.id} · {markup_value(ep.task_id)} · {markup_value(ep.agent)} · {markup_value(ep.status)} · "
+                    f"{ep.turns} replies, {ep.tool_calls} "
                     f"tool calls{tokens}{cost}, {_num(ep.wall_s)} s ({_num(ep.gpu_s)} s on a GPU){kernel}")
         self.query_one("#steps-head", Static).update(head)
         table = self.query_one(Table)
@@ -233,6 +236,14 @@ class AgentStepsScreen(Screen):
         self.app.pop_screen()
 
 
+class _InertText(Text):
+    """A Text whose appended strings are made inert first (json.dumps with ensure_ascii=False
+    keeps C1 controls and bidi characters as they are)."""
+
+    def append(self, text: Any, style: Any = None) -> "Text":
+        return super().append(inert(text) if isinstance(text, str) else text, style)
+
+
 def _short(text: str, limit: int = MAX_TEXT) -> str:
     return text if len(text) <= limit else text[:limit] + f"\n… {len(text) - limit:,} more characters"
 
@@ -245,8 +256,9 @@ def _code(code: str) -> str:
 
 
 def step_text(step: trajectories.Step) -> Text:
-    """A step written out: what was called with what, and what came back."""
-    out = Text()
+    """A step written out: what was called with what, and what came back. Every part is the
+    model's or a tool's, so every part is made inert (the Text is shown without markup)."""
+    out = _InertText()
     out.append(f"Step {step.step}", style="bold")
     out.append(f" · {step.kind}{' ' + step.tool if step.tool else ''} · {step.status}\n\n")
     if step.kind == "model":

@@ -23,7 +23,9 @@ from ptxbench.tui.screens.base import ViewScreen
 from ptxbench.tui.screens.moves import KernelMoves
 from ptxbench.tui.verdict import verdict
 from ptxbench.tui.widgets.code_view import PtxView
-from ptxbench.tui.widgets.common import Table, num, pct, speed
+from ptxbench.engine.inert import inert
+from ptxbench.tui.untrusted import markup_value, plain
+from ptxbench.tui.widgets.common import Table, num, options_of, pct, speed
 
 MAX_PANES = 3
 METRIC_WIDTH = 13
@@ -96,8 +98,8 @@ class CompareScreen(KernelMoves, ViewScreen):
             return
         task_select = self.query_one("#compare-task", Select)
         level_select = self.query_one("#compare-level", Select)
-        task_select.set_options([(t, t) for t in facets.tasks])
-        level_select.set_options([(lvl, lvl) for lvl in facets.levels])
+        task_select.set_options(options_of(facets.tasks))
+        level_select.set_options(options_of(facets.levels))
         if not self.task_id and facets.tasks:
             # Start on the task most models tried.
             counts: dict[str, set[str]] = {}
@@ -152,7 +154,7 @@ class CompareScreen(KernelMoves, ViewScreen):
         table.clear(columns=True)
         models = self.ordered()
         if not models:
-            self.query_one("#compare-status", Static).update(f"No samples of {self.task_id}.")
+            self.query_one("#compare-status", Static).update(plain(f"No samples of {self.task_id}."))
             return
         table.add_column("Metric", key="metric", width=METRIC_WIDTH)
         for m in models:
@@ -169,7 +171,7 @@ class CompareScreen(KernelMoves, ViewScreen):
                 cells.append(_fit(self._value(name, m, delta) if isinstance(delta, str) else delta, COLUMN_WIDTH))
             table.add_row(*cells)
         self.query_one("#compare-status", Static).update(
-            f"{self.task_id} · {len(models)} models · baseline [b]★ {self.baseline}[/b] · "
+            f"{markup_value(self.task_id)} · {len(models)} models · baseline [b]★ {markup_value(self.baseline)}[/b] · "
             "b: pin the column's model · d: diff it with the baseline · ⏎: open"
         )
         self._panes(models)
@@ -184,10 +186,10 @@ class CompareScreen(KernelMoves, ViewScreen):
         m = self.column_model()
         text = ""
         if m is not None:
-            role = "the baseline" if m.model == self.baseline else f"against ★ {self.baseline}"
-            parts = [f"[b]{m.model}[/b] ({role}) · sample {m.sample_id}"]
+            role = "the baseline" if m.model == self.baseline else f"against ★ {markup_value(self.baseline)}"
+            parts = [f"[b]{markup_value(m.model)}[/b] ({role}) · sample {m.sample_id}"]
             for name, get, fmt, _ in METRICS[2:]:
-                parts.append(f"{name}: {self._value(name, m, fmt(get(m)))}")
+                parts.append(f"{name}: {markup_value(self._value(name, m, fmt(get(m))))}")
             text = " · ".join(parts)
         self.query_one("#compare-detail", Static).update(text)
 
@@ -209,7 +211,8 @@ class CompareScreen(KernelMoves, ViewScreen):
         marker = ptx_marker(self.families)
         for m in models[:MAX_PANES]:
             view = PtxView(classes="compare-code")
-            box = Vertical(Label(f"{'★ ' if m.model == self.baseline else ''}{m.model} · sample {m.sample_id}"), view, classes="compare-pane")
+            title = plain(f"{'★ ' if m.model == self.baseline else ''}{m.model} · sample {m.sample_id}")
+            box = Vertical(Label(title), view, classes="compare-pane")
             panes.mount(box)
             view.show(self.codes.get(m.sample_id, ""), marker=marker)
             self.watch(view, "scroll_y", self._follower(view), init=False)
@@ -292,6 +295,8 @@ class CompareScreen(KernelMoves, ViewScreen):
 
 def _fit(value: Text | str, width: int) -> Text | str:
     """A cell cut to its column (DataTable would widen the column instead); `…` marks the cut."""
+    if isinstance(value, str):
+        value = inert(value)  # measured as it will be shown
     plain = value.plain if isinstance(value, Text) else value
     if len(plain) <= width:
         return value

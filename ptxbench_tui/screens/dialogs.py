@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rich.markup import escape
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -13,7 +12,9 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 
 from ptxbench.engine.categories import CATEGORIES, DESCRIPTIONS, OK
+from ptxbench.engine.inert import inert
 from ptxbench.tui import keys
+from ptxbench.tui.untrusted import markup_value, plain
 from ptxbench.tui.widgets.key_bar import KeyBar
 
 
@@ -45,13 +46,15 @@ class LabelDialog(ModalScreen[LabelChoice | None]):
         with Vertical(id="label-dialog", classes="dialog"):
             yield Label(f"[b]Label sample {self.sample_id}[/b]")
             yield Static(
-                f"automatic category: [b]{escape(self.automatic or 'never evaluated')}[/b] — it stays; your label sits beside it.",
+                f"automatic category: [b]{markup_value(self.automatic or 'never evaluated')}[/b] — it stays; your label sits beside it.",
                 classes="dim",
             )
             options = [(f"{c} — {DESCRIPTIONS.get(c, 'passes')}", c) for c in (OK, *CATEGORIES)]
             value = self.current.category if self.current and self.current.category else Select.NULL
             yield Select(options, prompt="category (blank: keep the automatic one)", id="label-category", value=value)
-            yield Input(value=self.current.note if self.current else "", placeholder="note: what is really wrong", id="label-note")
+            # A stored note is shown inert: it may have come with a store from elsewhere.
+            yield Input(value=inert(self.current.note) if self.current else "", placeholder="note: what is really wrong",
+                        id="label-note")
             yield Checkbox("Fixit candidate", value=bool(self.current and self.current.fixit), id="label-fixit")
             yield Static("", id="label-hint", classes="dim")
             with Horizontal(classes="buttons"):
@@ -122,7 +125,7 @@ class ConfirmDialog(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="confirm-dialog", classes="dialog"):
-            yield Static(self.question, id="confirm-question")
+            yield Static(plain(self.question), id="confirm-question")  # it may quote a store error
             with Horizontal(classes="buttons"):
                 yield Button(self.yes, variant="warning", id="confirm-yes")
                 yield Button(self.no, id="confirm-no")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from rich.markup import escape
 from textual import work
 from textual.app import ComposeResult
 from textual.screen import Screen
@@ -21,6 +20,7 @@ from ptxbench.tui.diffing import TARGET_NAMES, TARGETS, DiffOptions, diff, text_
 from ptxbench.tui.messages import DiffReady, StoreFailed
 from ptxbench.tui.ptx_lexer import PtxbenchLexer, SassLexer
 from ptxbench.tui.screens.moves import KernelMoves
+from ptxbench.tui.untrusted import markup_value
 from ptxbench.tui.verdict import verdict_of
 from ptxbench.tui.widgets.diff_view import DiffView
 from ptxbench.tui.widgets.key_bar import KeyBar
@@ -118,8 +118,8 @@ class DiffScreen(KernelMoves, Screen):
             f"context {context}",
         ]
         self.query_one("#diff-head", Static).update(
-            f"[b]{TARGET_NAMES[o.target]}[/b]  {escape(self.titles[0])}  ⟷  {escape(self.titles[1])}   "
-            f"[b]{escape(self.result_stats)}[/b]  {escape(where)}\n[dim]{' · '.join(flags)} · [ ] what to diff[/]"
+            f"[b]{TARGET_NAMES[o.target]}[/b]  {markup_value(self.titles[0])}  ⟷  {markup_value(self.titles[1])}   "
+            f"[b]{markup_value(self.result_stats)}[/b]  {markup_value(where)}\n[dim]{' · '.join(flags)} · [ ] what to diff[/]"
         )
 
     def _set(self, **changes) -> None:

@@ -13,7 +13,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from rich.markup import escape
 from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -24,10 +23,12 @@ from textual.widgets import Label, Select, Static
 from ptxbench.db import triage
 from ptxbench.db import fixit as fixit_db
 from ptxbench.engine.categories import DESCRIPTIONS
+from ptxbench.engine.inert import inert
 from ptxbench.tui import keys
 from ptxbench.tui.messages import ShowDiff, StoreFailed
 from ptxbench.tui.screens.base import ViewScreen
 from ptxbench.tui.screens.moves import KernelMoves
+from ptxbench.tui.untrusted import markup_value
 from ptxbench.tui.widgets.common import FilterBar, FilterPanel
 from ptxbench.tui.widgets.key_bar import KeyBar
 from ptxbench.tui.kernel_files import write_table
@@ -187,7 +188,7 @@ class FixitScreen(KernelMoves, ViewScreen):
         total = "…" if self.total is None else f"{self.total:,}"
         order = self.sort.describe() if self.sort else "by task, category"
         self.query_one("#fixit-status", Static).update(
-            f"pairs {first:,}–{last:,} of {total} · {escape(self.filter.describe())} · {order} · / filters"
+            f"pairs {first:,}–{last:,} of {total} · {markup_value(self.filter.describe())} · {order} · / filters"
         )
 
     def _preview(self) -> None:
@@ -195,11 +196,11 @@ class FixitScreen(KernelMoves, ViewScreen):
         text = ""
         if row is not None:
             what = DESCRIPTIONS.get(row.category, "")
-            head = f"[b]#{row.failed_sample_id} → #{row.fixed_sample_id}[/b] {escape(row.category)}"
-            head += f" [dim]({escape(what)})[/dim]" if what else ""
+            head = f"[b]#{row.failed_sample_id} → #{row.fixed_sample_id}[/b] {markup_value(row.category)}"
+            head += f" [dim]({markup_value(what)})[/dim]" if what else ""
             if self.changed(row) == "manifest":
                 head += " · [b]the fix is in the launch manifest[/b] [dim](the code is the same)[/dim]"
-            body = escape(row.explanation) if row.explanation else "[dim]no explanation stored[/dim]"
+            body = markup_value(row.explanation) if row.explanation else "[dim]no explanation stored[/dim]"
             text = f"{head}\n{body}"
         self.query_one("#fixit-preview", Static).update(text)
 
@@ -262,7 +263,7 @@ class FixitScreen(KernelMoves, ViewScreen):
                 changes.get((r.failed_sample_id, r.fixed_sample_id), (False, False)))} for r in rows]
             return write_table(path, list(dicts[0]) if dicts else ["fix_id"], dicts, fmt)
 
-        self.ask_export("fixit-pairs", f"the Fixit pairs ({escape(flt.describe())})", produce)
+        self.ask_export("fixit-pairs", f"the Fixit pairs ({flt.describe()})", produce)
 
     def action_diff(self) -> None:
         if (row := self.selected()) is not None:
@@ -310,11 +311,11 @@ class ExplanationScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         r = self.row
         with VerticalScroll(id="fixit-explanation", classes="dialog"):
-            yield Label(f"[b]Sample {r.failed_sample_id} → {r.fixed_sample_id}[/b] · {escape(r.task_id)} · "
-                        f"{escape(r.category)} · {escape(r.kind)}")
+            yield Label(f"[b]Sample {r.failed_sample_id} → {r.fixed_sample_id}[/b] · {markup_value(r.task_id)} · "
+                        f"{markup_value(r.category)} · {markup_value(r.kind)}")
             more = f" · {r.explanations} explanations stored, this is the preferred one" if r.explanations > 1 else ""
-            yield Static(f"explanation: {escape(r.explanation_source or 'unknown source')}{more}", classes="dim")
-            yield Static(escape(r.explanation) if r.explanation else "[dim]no explanation stored[/dim]",
+            yield Static(f"explanation: {markup_value(r.explanation_source or 'unknown source')}{more}", classes="dim")
+            yield Static(markup_value(r.explanation) if r.explanation else "[dim]no explanation stored[/dim]",
                          id="fixit-explanation-text")
         yield KeyBar()
 
@@ -364,7 +365,8 @@ def _count_table(counts: dict[str, int]) -> list[str]:
     out = []
     for name, n in shown:
         bar = "█" * max(1, round(BAR_WIDTH * n / top))
-        out.append(f"{escape(_cut(name or '—', NAME_WIDTH)):<{NAME_WIDTH}} {n:>4} [$accent]{bar}[/]")
+        shown = _cut(inert(name or "—"), NAME_WIDTH)  # padded to what is shown, not to its markup
+        out.append(f"{markup_value(shown)}{' ' * (NAME_WIDTH - len(shown))} {n:>4} [$accent]{bar}[/]")
     if rest:
         others = f"{len(rest)} others"
         out.append(f"[dim]{others:<{NAME_WIDTH}} {sum(n for _, n in rest):>4}[/dim]")
@@ -374,20 +376,20 @@ def _count_table(counts: dict[str, int]) -> list[str]:
 def _last_export(last: Any) -> list[str]:
     if not isinstance(last, dict):
         return ["[dim]none yet (ptxbench fixit export)[/dim]"]
-    out = [escape(str(last.get("path", "?")))]
+    out = [markup_value(str(last.get("path", "?")))]
     splits = [(name, last.get(name)) for name in ("train", "val", "heldout")]
     counts = " · ".join(f"{name} {part.get('pairs', 0):,}" for name, part in splits if isinstance(part, dict))
     whole = last.get("all") if isinstance(last.get("all"), dict) else {}
     if counts:
         out.append(f"{whole.get('pairs', 0):,} pairs: {counts}")
     if whole.get("category_entropy_bits") is not None:
-        out.append(f"category entropy {whole['category_entropy_bits']} bits")
+        out.append(f"category entropy {markup_value(whole['category_entropy_bits'])} bits")
     chars = whole.get("length_chars")
     if isinstance(chars, dict) and chars.get("n"):
         out.append(f"chars per example: p50 {chars['p50']:,} · p90 {chars['p90']:,} · max {chars['max']:,}")
     dropped = last.get("dropped")
     if isinstance(dropped, dict) and dropped:
-        out.append("dropped: " + escape(", ".join(f"{k} {v}" for k, v in dropped.items())))
+        out.append("dropped: " + markup_value(", ".join(f"{k} {v}" for k, v in dropped.items())))
     return out
 
 

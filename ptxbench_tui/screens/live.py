@@ -11,20 +11,21 @@ from __future__ import annotations
 
 import time
 
-from rich.markup import escape
 from textual import work
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.reactive import reactive
 from textual.widgets import DataTable, ProgressBar, RichLog, Static
 
+from ptxbench.engine.inert import inert
 from ptxbench.services import progress as ev
 from ptxbench.services.batch_process import BatchProcess, GpuLock, engine_command, gpu_lock_path
 from ptxbench.tui import keys
 from ptxbench.tui.messages import EngineEvent, EngineExited, EngineProgress, ShowSample
 from ptxbench.tui.screens.base import ViewScreen
+from ptxbench.tui.untrusted import markup_value, rich_markup_value
 from ptxbench.tui.verdict import verdict
-from ptxbench.tui.widgets.common import num, speed
+from ptxbench.tui.widgets.common import TextTable, num, speed
 
 
 class LiveScreen(ViewScreen):
@@ -54,7 +55,7 @@ class LiveScreen(ViewScreen):
         yield Static("", id="live-stage", classes="status")
         with Horizontal(id="live-body"):
             yield RichLog(id="live-log", wrap=True, markup=True, max_lines=2000)
-            yield DataTable(id="live-results", zebra_stripes=True, cursor_type="row")
+            yield TextTable(id="live-results", zebra_stripes=True, cursor_type="row")
 
     def on_mount(self) -> None:
         super().on_mount()
@@ -187,17 +188,17 @@ class LiveScreen(ViewScreen):
                     self.device_line = ("[b]No GPU here[/b]: the engine runs the static stages only "
                                         "(assemble, inspect); nothing is run or timed.")
                 else:
-                    self.device_line = f"device: [b]{escape(str(device))}[/b]"
+                    self.device_line = f"device: [b]{markup_value(device)}[/b]"
                 self.query_one("#live-device", Static).update(self.device_line)
-                self._log(f"start: {self.total} sample(s) on {escape(str(device or 'no GPU (static stages only)'))}")
+                self._log(f"start: {self.total} sample(s) on {rich_markup_value(str(device or 'no GPU (static stages only)'))}")
             case ev.SampleStarted(sample_id=sid, task_id=task_id, index=index):
                 self.query_one("#live-stage", Static).update(
-                    f"sample {sid} ({escape(str(task_id))}) — {int(index or 0) + 1}/{self.total}"
+                    f"sample {markup_value(sid)} ({markup_value(task_id)}) — {int(index or 0) + 1}/{self.total}"
                 )
             case ev.StageChanged(sample_id=sid, stage=stage, status=status, category=category):
                 cat = f" → {category}" if category else ""
                 self.query_one("#live-stage", Static).update(
-                    f"sample {sid}: {escape(str(stage))} {escape(str(status))}{escape(cat)}"
+                    f"sample {markup_value(sid)}: {markup_value(stage)} {markup_value(status)}{markup_value(cat)}"
                 )
             case ev.Result() as r:
                 self.results.append(r)
@@ -205,19 +206,20 @@ class LiveScreen(ViewScreen):
                     str(r.sample_id), verdict(r.category, "" if r.status == "judged" else "not_run"),
                     str(r.status), speed(r.speedup), num(r.time_ms), str(r.evaluation_id),
                 )
-                self._log(f"result: sample {r.sample_id} → [b]{escape(str(r.category))}[/b] ({escape(str(r.status))})")
+                self._log(f"result: sample {rich_markup_value(r.sample_id)} → [b]{rich_markup_value(str(r.category))}[/b] ({rich_markup_value(str(r.status))})")
             case ev.Log(level=level, message=text):
                 level = str(level or "info")
                 style = {"error": "red", "warning": "yellow"}.get(level, "")
-                text = escape(str(text or ""))
-                self._log(f"[{style}]{level}: {text}[/]" if style else f"{level}: {text}")
+                line = f"{rich_markup_value(level)}: {rich_markup_value(text or '')}"
+                self._log(f"[{style}]{line}[/]" if style else line)
             case ev.Error(sample_id=sid, message=text):
                 self.errors.append(str(text))
-                self._log(f"[red]error on sample {sid}: {escape(str(text))}[/]")
+                self._log(f"[red]error on sample {rich_markup_value(sid)}: {rich_markup_value(text)}[/]")
             case ev.Done(judged=judged, failed_tool=failed, cancelled=cancelled):
-                self._log(f"done: {judged} judged, {failed} tool failures{', cancelled' if cancelled else ''}")
+                self._log(f"done: {rich_markup_value(judged)} judged, {rich_markup_value(failed)} tool failures"
+                          f"{', cancelled' if cancelled else ''}")
             case ev.Unknown(raw=raw):
-                self._log(f"[dim]{escape(str(raw))}[/]")
+                self._log(f"[dim]{rich_markup_value(str(raw))}[/]")
 
     def on_engine_exited(self, message: EngineExited) -> None:
         self.last_exit = message
@@ -227,11 +229,12 @@ class LiveScreen(ViewScreen):
         if message.returncode is None:
             pass  # could not start or the GPU was busy: already logged
         elif not message.saw_done or message.returncode != 0:
-            tail = message.stderr_tail.strip().splitlines()[-8:]
+            # Split at newlines only, after making it inert: a carriage return in it is shown, not obeyed.
+            tail = inert(message.stderr_tail).strip().split("\n")[-8:]
             self._log(f"[red][b]The engine stopped unexpectedly[/b] (exit code {message.returncode}). "
                       "Evaluations it committed before stopping are in the store; nothing else was written.[/]")
             for line in tail:
-                self._log(f"[red]  {escape(line)}[/]")
+                self._log(f"[red]  {rich_markup_value(line)}[/]")
             self.notify(f"The engine stopped unexpectedly (exit code {message.returncode}).", severity="error")
         else:
             what = "cancelled" if message.cancelled else "finished"
@@ -245,4 +248,5 @@ class LiveScreen(ViewScreen):
         self.done, self.total = message.done, message.total
 
     def _log(self, text: str) -> None:
+        """A line of rich markup: every value in it went through `rich_markup_value`."""
         self.query_one("#live-log", RichLog).write(text)

@@ -16,6 +16,7 @@ from ptxbench.tui import keys
 from ptxbench.tui.messages import MetricsLoaded, ShowSamples, StoreFailed
 from ptxbench.tui.screens.base import ViewScreen
 from ptxbench.tui.screens.moves import KernelMoves
+from ptxbench.tui.untrusted import markup_value
 from ptxbench.tui.widgets.common import FilterBar, FilterPanel, pct, speed
 from ptxbench.tui.widgets.row_table import RowTable
 
@@ -119,7 +120,7 @@ class OverviewScreen(KernelMoves, ViewScreen):
         table.loading = False
         cursor = table.cursor_row
         self._set_columns()
-        described = self._describe_filter()
+        described = markup_value(self._describe_filter())  # filter values are names from the store
         if self.trajectories:
             if self.metrics_rows is None:
                 table.loading = True

@@ -8,10 +8,12 @@ from pathlib import Path
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label, OptionList, RadioButton, RadioSet, Static
 from textual.widgets.option_list import Option
 
+from ptxbench.engine.inert import inert
 from ptxbench.tui import keys
 from ptxbench.tui.kernel_files import FORMATS, default_export_path
 from ptxbench.tui.widgets.key_bar import KeyBar
@@ -33,9 +35,9 @@ class SortDialog(ModalScreen[str | None]):
         options = []
         for name in self.columns:
             mark = (" ▼ (again: ▲)" if self.descending else " ▲ (again: ▼)") if name == self.current else ""
-            options.append(Option(f"{name}{mark}", id=name))
+            options.append(Option(Content(inert(f"{name}{mark}")), id=name))
         with Vertical(id="sort-dialog", classes="dialog"):
-            yield Label(f"[b]Sort by[/b]  [dim]{self.where}[/dim]")
+            yield Label(Content.from_markup("[b]Sort by[/b]  [dim]$where[/dim]", where=inert(self.where)))
             yield OptionList(*options, id="sort-options")
         yield KeyBar()
 
@@ -60,7 +62,8 @@ class ExportChoice:
 
 
 class ExportDialog(ModalScreen[ExportChoice | None]):
-    """Where to write a table, and as CSV or JSON."""
+    """Where to write a table, and as CSV or JSON. `describe` is plain text (it names filters
+    whose values come from the store)."""
 
     BINDINGS = keys.bindings("dialog")
 
@@ -71,7 +74,7 @@ class ExportDialog(ModalScreen[ExportChoice | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="export-dialog", classes="dialog"):
-            yield Label(f"[b]Export[/b] {self.describe}")
+            yield Label(Content.from_markup("[b]Export[/b] $what", what=inert(self.describe)))
             with RadioSet(id="export-format"):
                 for i, fmt in enumerate(FORMATS):
                     yield RadioButton(fmt.upper(), value=i == 0, id=f"export-{fmt}")

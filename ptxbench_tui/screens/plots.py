@@ -11,15 +11,17 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.message import Message
 from textual.widgets import Select, Static, TabbedContent, TabPane
-from rich.markup import escape
 from textual_plot import HiResMode, PlotWidget
 from textual_plot.axis_formatter import CategoricalAxisFormatter
 
 from ptxbench.db import browse_summary as summary
+from ptxbench.engine.inert import inert
 from ptxbench.tui import keys
 from ptxbench.tui.messages import PlotsLoaded, StoreFailed
 from ptxbench.tui.screens.base import ViewScreen
+from ptxbench.tui.untrusted import markup_value
 from ptxbench.tui.widgets.code_view import resolve_color
+from ptxbench.tui.widgets.common import options_of
 from ptxbench.tui.widgets.plot import Plot
 
 TABS = ("plot-speedup", "plot-levels", "plot-split", "plot-headline")
@@ -73,7 +75,7 @@ class PlotsScreen(ViewScreen):
         facets = self.ptx.facets
         if facets is not None:
             select = self.query_one("#plots-task", Select)
-            select.set_options([(t, t) for t in facets.tasks])
+            select.set_options(options_of(facets.tasks))
             if self.task_id:
                 select.value = self.task_id
         self.load()
@@ -136,12 +138,12 @@ class PlotsScreen(ViewScreen):
         n = sum(len(v) for v in data.speedups.values())
         empty = " (speedups come from the GPU stages: none timed yet)" if n == 0 else ""
         self.query_one("#plots-status", Static).update(
-            f"{self.task_id or 'all tasks'} · {n:,} correct samples with a speedup{empty}"
+            f"{markup_value(self.task_id or 'all tasks')} · {n:,} correct samples with a speedup{empty}"
         )
 
     def _legend(self, pane: str, title: str, entries: list[tuple[str, str, str]]) -> None:
         """The plot's title and legend, above it (a legend inside the plot would cover the curves)."""
-        parts = [f"[b]{escape(title)}[/b]"] + [f"[{colour}]{mark}[/] {escape(name)}" for mark, colour, name in entries]
+        parts = [f"[b]{markup_value(title)}[/b]"] + [f"[{colour}]{mark}[/] {markup_value(name)}" for mark, colour, name in entries]
         self.query_one(f"#{pane}-legend", Static).update("   ".join(parts))
 
     def _speedups(self, data: summary.PlotData, colours: list[str]) -> None:
@@ -175,7 +177,7 @@ class PlotsScreen(ViewScreen):
         for model in sorted(data.by_level):
             for level in ("none", "brief", "full"):
                 if level in data.by_level[model]:
-                    labels.append(f"{model}/{level}")
+                    labels.append(inert(f"{model}/{level}"))
                     rates.append(data.by_level[model][level])
         names = ("compiled", "correct", "fast₁.₀")
         entries = [("██", colours[k % len(colours)], name) for k, name in enumerate(names)]
@@ -200,7 +202,7 @@ class PlotsScreen(ViewScreen):
         for model in sorted(data.by_split):
             for i, split in enumerate(("train", "heldout")):
                 if split in data.by_split[model]:
-                    labels.append(f"{model}/{split}")
+                    labels.append(inert(f"{model}/{split}"))
                     values.append(data.by_split[model][split])
                     styles.append(colours[i % len(colours)])
         if labels:

@@ -8,7 +8,6 @@ import json
 import re
 from typing import Any
 
-from rich.markup import escape
 from textual import work
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
@@ -22,9 +21,10 @@ from ptxbench.tui.host import host
 from ptxbench.tui.marks import ptx_marker, sass_marker
 from ptxbench.tui.messages import DetailLoaded, Reverify, ShowDiff, StepUnlabelled, StoreFailed
 from ptxbench.tui.screens.moves import KernelMoves
+from ptxbench.tui.untrusted import markup_value
 from ptxbench.tui.verdict import LEGEND, NOTE_TEXT, note_of, verdict_of
 from ptxbench.tui.widgets.code_view import PtxView, SassView
-from ptxbench.tui.widgets.common import num, speed
+from ptxbench.tui.widgets.common import TextTable, num, speed
 from ptxbench.tui.widgets.key_bar import KeyBar
 from ptxbench.tui.widgets.store_banner import StoreBanner
 
@@ -74,15 +74,15 @@ def coverage_lines(evidence: Any, executed: bool | None) -> list[str]:
                None: "not measured at every train size"}.get(executed, "not measured")
     lines = [f"\n[b]requested families run[/b] (the marked copy)   {verdict}"]
     if cov.note:
-        lines.append(f"  {escape(cov.note)}")
+        lines.append(f"  {markup_value(cov.note)}")
     for f in cov.families:
-        line = (f"  {escape(f.family)}: ran at {f.ran} of {f.looked} sizes"
+        line = (f"  {markup_value(f.family)}: ran at {f.ran} of {f.looked} sizes"
                 + (f" ({f.sites} instructions marked)" if f.sites is not None else ""))
         for state, split, sizes in f.not_ran:
-            line += f"\n    {escape(state)} at {escape(split)} {escape(_size_text(sizes))}"
+            line += f"\n    {markup_value(state)} at {markup_value(split)} {markup_value(_size_text(sizes))}"
         lines.append(line)
     for split, sizes, why in cov.unseen:
-        lines.append(f"  not looked at {escape(split)} {escape(_size_text(sizes))}: {escape(why)}")
+        lines.append(f"  not looked at {markup_value(split)} {markup_value(_size_text(sizes))}: {markup_value(why)}")
     return lines
 
 
@@ -95,14 +95,14 @@ def evidence_text(detail: browse.SampleDetail) -> str:
     if latest is None:
         return "Never evaluated. Press r to judge it now (Live)."
     ev: Any = latest.evidence
-    lines = [f"[b]{escape(latest.category)}[/b] — {escape(DESCRIPTIONS.get(latest.category, latest.status))}"]
+    lines = [f"[b]{markup_value(latest.category)}[/b] — {markup_value(DESCRIPTIONS.get(latest.category, latest.status))}"]
     if latest.stage:
-        lines.append(f"stage: {escape(latest.stage)}   status: {escape(latest.status)}")
+        lines.append(f"stage: {markup_value(latest.stage)}   status: {markup_value(latest.status)}")
     message, source = evidence_message(latest.evidence)
     if message:
-        lines.append(f"\n[b]message[/b]  {escape(str(message))}")
+        lines.append(f"\n[b]message[/b]  {markup_value(str(message))}")
     if source:
-        lines.append(f"[b]the line[/b]     {escape(source.strip())}")
+        lines.append(f"[b]the line[/b]     {markup_value(source.strip())}")
     line = evidence_line(detail)
     if line:
         lines.append(f"[b]at PTX line[/b] {line}   (g jumps there)")
@@ -118,15 +118,15 @@ def evidence_text(detail: browse.SampleDetail) -> str:
         lines.append("\n[b]worst element[/b]")
         if isinstance(worst, dict):
             for k, v in worst.items():
-                lines.append(f"  {escape(str(k))}: {escape(str(v))}")
+                lines.append(f"  {markup_value(str(k))}: {markup_value(str(v))}")
         else:
-            lines.append(f"  {escape(str(worst))}")
+            lines.append(f"  {markup_value(str(worst))}")
     if rel is not None:
         lines.append(f"  max relative error: {rel:.3g}")
     if latest.required_missing:
         lines.append("\n[b]requested but missing[/b]")
         for m in latest.required_missing:
-            lines.append(f"  {escape(json.dumps(m) if isinstance(m, dict) else str(m))}")
+            lines.append(f"  {markup_value(json.dumps(m) if isinstance(m, dict) else str(m))}")
     lines += coverage_lines(ev, latest.executed)
     extra = {k: v for k, v in ev.items()
              if k not in ("message", "evidence", "line", "evidence_line", "worst", "max_rel_err", "coverage")
@@ -134,13 +134,13 @@ def evidence_text(detail: browse.SampleDetail) -> str:
     if extra:
         lines.append("\n[b]more evidence[/b]")
         # Every bracket escaped: JSON such as ["-arch=sm_90a"] reads as a Textual tag otherwise.
-        lines.append(json.dumps(extra, indent=2, default=str).replace("[", "\\["))
+        lines.append(markup_value(json.dumps(extra, indent=2, default=str)))
     label = detail.label
     if label:
         fix = "  ★ Fixit candidate" if label.fixit_candidate else ""
-        lines.append(f"\n[b]label[/b] {escape(label.category or '(category unchanged)')} by {escape(label.author)}{fix}")
+        lines.append(f"\n[b]label[/b] {markup_value(label.category or '(category unchanged)')} by {markup_value(label.author)}{fix}")
         if label.note:
-            lines.append(f"  {escape(label.note)}")
+            lines.append(f"  {markup_value(label.note)}")
     return "\n".join(lines)
 
 
@@ -152,7 +152,7 @@ def resources_text(latest: browse.Evaluation | None) -> str:
     # One entry per kernel ({"name": {...}}) or a flat dict for one kernel.
     entries = res.items() if res and all(isinstance(v, dict) for v in res.values()) else [("", res)]
     for name, r in entries:
-        head = f"[b]{escape(name)}[/b]  " if name else ""
+        head = f"[b]{markup_value(name)}[/b]  " if name else ""
         regs = r.get("registers")
         smem = r.get("shared_bytes", r.get("smem_bytes", r.get("shared")))
         spill = (r.get("spill_stores", r.get("spill_store_bytes")) or 0, r.get("spill_loads", r.get("spill_load_bytes")) or 0)
@@ -162,15 +162,15 @@ def resources_text(latest: browse.Evaluation | None) -> str:
         rest = {k: v for k, v in r.items() if k not in ("registers", "shared_bytes", "smem_bytes", "shared", "spill_stores", "spill_loads",
                                                          "spill_store_bytes", "spill_load_bytes", "name") and v not in ({}, None)}
         if rest:
-            out.append("  " + escape(", ".join(f"{k} {v}" for k, v in rest.items())))
+            out.append("  " + markup_value(", ".join(f"{k} {v}" for k, v in rest.items())))
     if latest.warnings:
         out.append("\n[b]warnings[/b]")
         for w in latest.warnings:
-            out.append("  " + escape(w.get("text", json.dumps(w)) if isinstance(w, dict) else str(w)))
+            out.append("  " + markup_value(w.get("text", json.dumps(w)) if isinstance(w, dict) else str(w)))
     fams = f"PTX: {', '.join(latest.ptx_families) or '—'}   SASS: {', '.join(latest.sass_families) or '—'}"
-    out.append(f"\n[b]families found[/b]  {escape(fams)}")
+    out.append(f"\n[b]families found[/b]  {markup_value(fams)}")
     out.append("\n[b]assembler log[/b]")
-    out.append(escape(latest.assembler_log or "(empty)"))
+    out.append(markup_value(latest.assembler_log or "(empty)"))
     return "\n".join(out)
 
 
@@ -181,11 +181,11 @@ def verdict_line(detail: browse.SampleDetail) -> str:
         return ""
     note = note_of(latest.status, latest.correct, latest.correct_heldout)
     if note == "not_run":
-        return (f"[b $text-warning]{NOTE_TEXT[note]}[/]: {escape(latest.status)} — only the static stages judged it "
+        return (f"[b $text-warning]{NOTE_TEXT[note]}[/]: {markup_value(latest.status)} — only the static stages judged it "
                 "(assembled and inspected); whether it is correct and how fast it is are unknown")
     if note == "heldout":
         bad = [m for m in detail.measurements if m.split == "heldout" and m.category != Category.OK]
-        where = "; ".join(f"{escape(m.category)} at {escape(' '.join(f'{k}={v}' for k, v in (m.sizes or {}).items()))}"
+        where = "; ".join(f"{markup_value(m.category)} at {markup_value(' '.join(f'{k}={v}' for k, v in (m.sizes or {}).items()))}"
                           for m in bad[:3]) or "see Timing"
         return f"[b $text-error]{NOTE_TEXT[note]}[/]: correct on the train sizes, wrong at held-out sizes: {where}"
     return ""
@@ -219,7 +219,7 @@ class SampleScreen(KernelMoves, Screen):
                     yield Static("", id="sample-evidence")
             with TabPane("Timing", id="tab-timing"):
                 yield Static("", id="sample-timing-head")
-                yield DataTable(id="sample-timing", zebra_stripes=True)
+                yield TextTable(id="sample-timing", zebra_stripes=True)
             with TabPane("History", id="tab-history"):
                 with VerticalScroll():
                     yield Static("", id="sample-history")
@@ -248,18 +248,19 @@ class SampleScreen(KernelMoves, Screen):
         verdict = verdict_of(latest)
         label = f" · label: {detail.label.category or 'note'}" if detail.label else ""
         fixit = " · ★ Fixit" if detail.label and detail.label.fixit_candidate else ""
-        head = (f"[b]Sample {detail.id}[/b] · {escape(detail.task_id)} ({detail.arch}) · {escape(detail.model)} · level {detail.context_level}"
-                f" · turn {detail.turn} · [b]{escape(verdict)}[/b]{escape(label)}{fixit}\n"
-                f"[dim]{escape(detail.source)} · requested: {', '.join(detail.families) or 'none'}"
-                f"{' · device ' + escape(latest.device) if latest and latest.device else ''}[/]")
+        head = (f"[b]Sample {detail.id}[/b] · {markup_value(detail.task_id)} ({markup_value(detail.arch)}) · "
+                f"{markup_value(detail.model)} · level {markup_value(detail.context_level)}"
+                f" · turn {detail.turn} · [b]{markup_value(verdict)}[/b]{markup_value(label)}{fixit}\n"
+                f"[dim]{markup_value(detail.source)} · requested: {markup_value(', '.join(detail.families) or 'none')}"
+                f"{' · device ' + markup_value(latest.device) if latest and latest.device else ''}[/]")
         if latest and latest.category != Category.OK:
             message, _ = evidence_message(latest.evidence)
             line = evidence_line(detail)
             if message:
                 where = f" (PTX line {line}; g jumps there)" if line else ""
-                head += f"\n[b $text-error]{escape(latest.category)}[/]: {escape(str(message)[:300])}{where}"
+                head += f"\n[b $text-error]{markup_value(latest.category)}[/]: {markup_value(str(message)[:300])}{where}"
         if more := verdict_line(detail):
-            head += f"\n{more}\n[dim]{escape(LEGEND)}[/]"
+            head += f"\n{more}\n[dim]{markup_value(LEGEND)}[/]"
         self.query_one("#sample-head", Static).update(head)
         ptx_view = self.query_one("#sample-ptx", PtxView)
         ptx_view.show(detail.ptx, marker=ptx_marker(detail.families))
@@ -299,7 +300,7 @@ class SampleScreen(KernelMoves, Screen):
                     f"[b]{speed(latest.speedup)}[/b]" + (f" · {latest.tflops:.1f} TFLOP/s" if latest.tflops else "")
                     + (f" · {latest.sol_fraction:.0%} of the speed of light" if latest.sol_fraction else ""))
         elif latest and latest.status.startswith("skipped"):
-            head = f"Not timed: {latest.status}."
+            head = f"Not timed: {markup_value(latest.status)}."
         self.query_one("#sample-timing-head", Static).update(head)
         table = self.query_one("#sample-timing", DataTable)
         table.clear(columns=True)
@@ -314,19 +315,19 @@ class SampleScreen(KernelMoves, Screen):
         out = ["[b]Evaluations[/b] (newest first; re-verifying adds one, none is ever changed; "
                "▸ speaks for the sample, V switches most complete / newest)"]
         for e in detail.evaluations:
-            out.append(f"{'▸' if e.id == detail.shown_id else ' '} #{e.id} {e.created_at} · {escape(e.category)} · {escape(e.status)} · {escape(e.device or '')} · "
-                       f"engine {escape(e.engine_version)} · {speed(e.speedup)} · [dim]{escape(e.source)}[/]")
+            out.append(f"{'▸' if e.id == detail.shown_id else ' '} #{e.id} {markup_value(e.created_at)} · {markup_value(e.category)} · {markup_value(e.status)} · {markup_value(e.device or '')} · "
+                       f"engine {markup_value(e.engine_version)} · {speed(e.speedup)} · [dim]{markup_value(e.source)}[/]")
         if not detail.evaluations:
             out.append("  none")
         out.append("\n[b]Labels[/b] (a person's triage, beside the automatic category)")
         for lab in detail.labels:
             star = " ★ Fixit" if lab.fixit_candidate else ""
-            out.append(f"  {lab.created_at} {escape(lab.author)}: {escape(lab.category or '(category unchanged)')}{star} — {escape(lab.note)}")
+            out.append(f"  {markup_value(lab.created_at)} {markup_value(lab.author)}: {markup_value(lab.category or '(category unchanged)')}{star} — {markup_value(lab.note)}")
         if not detail.labels:
             out.append("  none")
         out.append("\n[b]Fixes[/b]")
         for f in detail.fixes:
-            out.append(f"  {f.failed_sample_id} → {f.fixed_sample_id}: {escape(f.explanation)} [dim]({escape(f.explanation_source)})[/]")
+            out.append(f"  {f.failed_sample_id} → {f.fixed_sample_id}: {markup_value(f.explanation)} [dim]({markup_value(f.explanation_source)})[/]")
         if not detail.fixes:
             out.append("  none")
         if detail.parent_id:

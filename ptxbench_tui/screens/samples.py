@@ -20,6 +20,7 @@ from ptxbench.tui import keys
 from ptxbench.tui.messages import CountLoaded, PageLoaded, Reverify, ShowDiff, ShowSample, StoreFailed
 from ptxbench.tui.screens.base import ViewScreen
 from ptxbench.tui.screens.moves import KernelMoves
+from ptxbench.tui.untrusted import markup_value
 from ptxbench.tui.verdict import LEGEND, verdict
 from ptxbench.tui.widgets.common import FilterBar, FilterPanel, num, speed
 from ptxbench.tui.kernel_files import write_table
@@ -175,7 +176,8 @@ class SamplesScreen(KernelMoves, ViewScreen):
         total = "…" if self.total is None else f"{self.total:,}"
         marked = f" · [b]{len(self.marked)} selected[/b] (l labels them, esc unselects)" if self.marked else ""
         self.query_one("#samples-status", Static).update(
-            f"rows {first:,}–{last:,} of {total} · {self.filter.describe()} · {self.sort.describe()}{marked} · / filters"
+            f"rows {first:,}–{last:,} of {total} · {markup_value(self.filter.describe())} · "
+            f"{markup_value(self.sort.describe())}{marked} · / filters"
         )
 
     # -- filters and sort ------------------------------------------------------------

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rich.markup import escape
 from textual import work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
@@ -20,8 +19,9 @@ from ptxbench.tui.marks import ptx_marker
 from ptxbench.tui.messages import ShowSample, ShowSamples, StoreFailed, TaskDetailLoaded, TasksLoaded
 from ptxbench.tui.screens.base import ViewScreen
 from ptxbench.tui.screens.overview import PER_SAMPLE_NOTE
+from ptxbench.tui.untrusted import markup_value
 from ptxbench.tui.widgets.code_view import PtxView
-from ptxbench.tui.widgets.common import Table, pct, speed
+from ptxbench.tui.widgets.common import Table, TextTable, pct, speed
 
 TABS = ("task-about", "task-expert", "task-results")
 
@@ -64,30 +64,30 @@ def prompt_text(task: browse.TaskRow, level: str) -> str:
 
 def about_text(task: browse.TaskRow, prompt: str, level: str) -> str:
     spec = task.spec
-    out = [f"[b]{escape(task.title)}[/b]  ({escape(task.id)}, {task.arch}, operation {escape(task.operation)})",
-           f"requested families: [b]{escape(', '.join(task.families) or 'none')}[/b]"]
+    out = [f"[b]{markup_value(task.title)}[/b]  ({markup_value(task.id)}, {markup_value(task.arch)}, operation {markup_value(task.operation)})",
+           f"requested families: [b]{markup_value(', '.join(task.families) or 'none')}[/b]"]
     if spec.get("baseline"):
-        out.append(f"baseline: {escape(str(spec['baseline']))}")
+        out.append(f"baseline: {markup_value(str(spec['baseline']))}")
     if spec.get("description"):
-        out.append("\n" + escape(str(spec["description"]).strip()))
+        out.append("\n" + markup_value(str(spec["description"]).strip()))
     for side in ("inputs", "outputs"):
         items = spec.get(side) or []
         if items:
             out.append(f"\n[b]{side}[/b]")
             for t in items:
                 if isinstance(t, dict):
-                    out.append(f"  {escape(str(t.get('name')))}: {escape(str(t.get('shape')))} {escape(str(t.get('dtype', '')))}")
+                    out.append(f"  {markup_value(str(t.get('name')))}: {markup_value(str(t.get('shape')))} {markup_value(str(t.get('dtype', '')))}")
     sizes = task.sizes
     for split in ("headline", "train", "heldout"):
         if split in sizes:
             value = sizes[split]
             shown = "; ".join(json.dumps(v) for v in value) if isinstance(value, list) else json.dumps(value)
-            out.append(f"[b]{split}[/b] {escape(shown)}")
+            out.append(f"[b]{split}[/b] {markup_value(shown)}")
     if spec.get("tolerance"):
-        out.append(f"tolerance: {escape(json.dumps(spec['tolerance']))}")
-    out.append(f"\n[dim]source: {escape(task.source)} · expert: {escape(task.expert_path or '—')}[/]")
+        out.append(f"tolerance: {markup_value(json.dumps(spec['tolerance']))}")
+    out.append(f"\n[dim]source: {markup_value(task.source)} · expert: {markup_value(task.expert_path or '—')}[/]")
     out.append(f"\n[b]prompt[/b] at context level [b]{level}[/b] (p: none / brief / full)")
-    out.append(escape(prompt) if prompt else "[dim]No prompt for this task in this repository; the description above is what it states.[/]")
+    out.append(markup_value(prompt) if prompt else "[dim]No prompt for this task in this repository; the description above is what it states.[/]")
     return "\n".join(out)
 
 
@@ -113,7 +113,7 @@ class TasksScreen(ViewScreen):
                 with TabPane("Expert solution", id="task-expert"):
                     yield PtxView(id="task-expert-ptx")
                 with TabPane("Results", id="task-results"):
-                    yield DataTable(id="task-results-table", zebra_stripes=True)
+                    yield TextTable(id="task-results-table", zebra_stripes=True)
                     yield Static(PER_SAMPLE_NOTE, id="task-results-note", classes="legend")
 
     def on_mount(self) -> None:

@@ -20,6 +20,7 @@ from ptxbench.tui import keys
 from ptxbench.tui.messages import ShowSamples, StoreFailed
 from ptxbench.tui.screens.base import ViewScreen
 from ptxbench.tui.screens.moves import KernelMoves
+from ptxbench.tui.untrusted import markup_value
 from ptxbench.tui.verdict import LEGEND, NOTE_TEXT, verdict
 from ptxbench.tui.widgets.common import Table
 
@@ -97,12 +98,13 @@ class TriageScreen(KernelMoves, ViewScreen):
         text = ""
         if data and data.rows and 0 <= table.cursor_row < len(data.rows):
             category, note = data.rows[table.cursor_row][:2]
+            shown = markup_value(category)  # a label's category is whatever the store holds
             if self.by_label:
-                text = (f"[b]{category}[/b]: failures with no label yet (n and p in Samples step through them)"
-                        if category == triage.UNLABELLED else f"labelled [b]{category}[/b]: {DESCRIPTIONS.get(category, '')}")
+                text = (f"[b]{shown}[/b]: failures with no label yet (n and p in Samples step through them)"
+                        if category == triage.UNLABELLED else f"labelled [b]{shown}[/b]: {DESCRIPTIONS.get(category, '')}")
             else:
                 extra = f" — [b]{NOTE_TEXT[note]}[/b]" if note else ""
-                text = f"[b]{category}[/b]: {DESCRIPTIONS.get(category, 'passes')}{extra}"
+                text = f"[b]{shown}[/b]: {DESCRIPTIONS.get(category, 'passes')}{extra}"
         self.query_one("#triage-help", Static).update(text)
 
     def on_data_table_cell_highlighted(self, _event: DataTable.CellHighlighted) -> None:

@@ -19,6 +19,7 @@ from rich.text import Text
 from textual.color import Color
 from textual.widgets import TextArea
 
+from ptxbench.engine.inert import inert
 from ptxbench.tui.ptx_lexer import PtxbenchLexer, SassLexer, role_of
 
 # role → (theme variable, rich style attributes). A theme may define
@@ -134,6 +135,7 @@ class CodeView(TextArea):
     LEXER: type[Lexer] = PtxbenchLexer
 
     def __init__(self, text: str = "", *, id: str | None = None, classes: str | None = None) -> None:
+        text = inert(text)
         super().__init__(
             text,
             read_only=True,
@@ -155,7 +157,10 @@ class CodeView(TextArea):
     # -- content -----------------------------------------------------------
     def show(self, text: str, *, marker: Callable[[str], bool] | None = None) -> None:
         """Replace the text (a new highlighter, empty caches). `marker` picks
-        the lines to shade (for example the requested families' instructions)."""
+        the lines to shade (for example the requested families' instructions). The text is a
+        candidate's: its control characters are shown written out (engine/inert.py), one line
+        for each of its newlines, as the assembler counts them."""
+        text = inert(text)
         self._highlighter = LazyHighlighter(text, self.LEXER(stripnl=False, ensurenl=False))
         self._text_cache.clear()
         self.marker = marker

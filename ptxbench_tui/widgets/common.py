@@ -5,9 +5,11 @@ from __future__ import annotations
 from textual import events
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
+from textual.content import Content
 from textual.widgets import DataTable, Select, Static
 
 from ptxbench.tui import keys
+from ptxbench.tui.untrusted import InertCells, markup_value, plain
 
 MODES: tuple[tuple[str, str, str], ...] = (
     ("1", "overview", "Overview"),
@@ -48,7 +50,7 @@ class ModeBar(Static):
             else:
                 parts.append(f" [bold]{key}[/] {title} ")
         store = getattr(self.app, "db_path", None)
-        suffix = f"  [dim]{store.name}[/]" if store else ""
+        suffix = f"  [dim]{markup_value(store.name)}[/]" if store else ""
         return "".join(parts) + suffix
 
     @staticmethod
@@ -68,8 +70,13 @@ class ModeBar(Static):
             await self.app.run_action(f"switch_mode('{mode}')")
 
 
-class Table(DataTable):
-    """A DataTable whose Enter is a shown binding (footer and palette)."""
+class TextTable(InertCells, DataTable):
+    """A DataTable whose string cells and column titles are shown as text (a plain DataTable reads
+    them as markup): model names, categories and sizes come from the store."""
+
+
+class Table(TextTable):
+    """A DataTable whose Enter is a shown binding (footer and palette); strings shown as text."""
 
     # Enter only: these small tables (triage counts, compare, tasks) select nothing for a bulk action.
     BINDINGS = [b for b in keys.bindings("table") if b.id == "table.open"]
@@ -165,7 +172,7 @@ class FilterBar(Horizontal):
             values = list(options.get(field, []))
             if isinstance(current, str) and current not in values:
                 values.append(current)
-            select.set_options([(v, v) for v in values])
+            select.set_options(options_of(values))
             if isinstance(current, str):
                 select.value = current
         self._expected = self.values()
@@ -178,7 +185,7 @@ class FilterBar(Horizontal):
             if value:
                 known = [v for _, v in select._options if isinstance(v, str)]
                 if value not in known:
-                    select.set_options([(v, v) for v in [*known, value]])
+                    select.set_options(options_of([*known, value]))
                 select.value = value
             else:
                 select.clear()
@@ -201,6 +208,12 @@ class FilterBar(Horizontal):
             return None
         self._expected = values
         return values
+
+
+def options_of(values: list[str]) -> list[tuple[Content, str]]:
+    """A Select's options for values from the store: each shown as text (a string prompt is read
+    as markup), its value as it is."""
+    return [(plain(v), v) for v in values]
 
 
 def pct(x: float | None) -> str:

@@ -27,6 +27,7 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from ptxbench.engine.inert import inert
 from ptxbench.tui import keys
 from ptxbench.tui.widgets.code_view import resolve_color
 
@@ -111,7 +112,8 @@ class RowTable(ScrollView, can_focus=True):
         self.set_rows([])
 
     def set_rows(self, rows: list[tuple[str, ...]], *, cursor: int | None = None) -> None:
-        self.rows = [tuple(str(c) for c in r) for r in rows]
+        # Painted as raw segments: a cell from the store is made inert here, where the widths are measured.
+        self.rows = [tuple(inert(c) for c in r) for r in rows]
         widths = [cell_len(self._title(i)) for i in range(len(self.labels))]
         for row in self.rows:
             for i, cell in enumerate(row[: len(widths)]):

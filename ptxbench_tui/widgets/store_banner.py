@@ -11,6 +11,8 @@ from __future__ import annotations
 from textual.content import Content
 from textual.widgets import Static
 
+from ptxbench.engine.inert import inert
+
 
 class StoreBanner(Static):
     DEFAULT_CSS = """
@@ -32,6 +34,6 @@ class StoreBanner(Static):
 
     def _show(self, notice: tuple[str, bool]) -> None:
         text, is_error = notice
-        self.update(Content(text))  # plain text: paths may hold [brackets]
+        self.update(Content(inert(text)))  # plain text: paths may hold [brackets], errors quote the store
         self.set_class(is_error, "-error")
         self.display = bool(text)
