@@ -9,8 +9,10 @@ sample of the run, judged in full (held-out sizes included) like any sample; an 
 never submits leaves a `no_candidate` sample that says why.
 
 The tools (models/agent_tools.py) see only the train sizes. A malformed call (arguments that are
-not JSON, a tool that does not exist) is answered with an error the model can act on; parallel
-calls in one reply are answered in order. A reply without a tool call gets one reminder; a
+not JSON, too large or nested too deep, a tool that does not exist) is answered with an error the
+model can act on; parallel calls in one reply are answered in order. A call's arguments are stored
+once, in its step, and only within the caps (else a short note stands for them, in the store and
+in the conversation sent back to the endpoint). A reply without a tool call gets one reminder; a
 second in a row ends the episode.
 
 An endpoint that refuses requests offering tools but answers the same request without them does
@@ -289,6 +291,13 @@ class AgentRun:
         except EndpointError as exc:
             finish_episode(self.db, self._totals(ep), ENDED_PREFIX + f"the endpoint refused: {exc}"[:300], None)
             raise
+        except Exception as exc:  # a fault of the run itself: the episode is closed, never left `running`
+            try:
+                finish_episode(self.db, self._totals(ep),
+                               ENDED_PREFIX + f"the run failed: {type(exc).__name__}: {exc}"[:300], None)
+            except Exception:  # the store itself failed: a resume marks the episode interrupted
+                pass
+            raise
         status = SUBMITTED if ep.submission is not None else ep.ended or ENDED_PREFIX + "unknown"
         if ep.submission is None and (ep.row.turns == 0 or status == NO_REPLY):
             # The endpoint failed for good, not the model: no sample, and a rerun tries the slot again.
@@ -323,6 +332,8 @@ class AgentRun:
         assert self.report is not None
         try:
             result = await client.complete(ep.messages, tools=self.schemas)
+        except RecursionError:  # a reply body nested too deep for the JSON parser: the model's, said back to it
+            result = ChatResult(content="", malformed="the reply's JSON nests too deep to read", attempts=1)
         except EndpointError as exc:
             if exc.status in PROBE_STATUSES and await self._answers_without_tools(client, ep.messages):
                 raise ToolCallingUnsupported(
@@ -364,10 +375,12 @@ class AgentRun:
         if result.cost is not None:
             row.cost = (row.cost or 0.0) + result.cost
             self.report.cost = (self.report.cost or 0.0) + result.cost
-        calls = result.tool_calls or []
+        calls = _read_calls(result.tool_calls)
         status = "error: the reply is not a chat completion" if result.malformed else "ok"
+        # The call's arguments are kept once, in its tool step; the reply's step names the calls.
+        named = [{"id": c["id"], "name": c["name"]} for c in calls]
         self._step(ep, Step(episode_id=row.id, step=0, kind="model", turn=row.turns, status=status,  # type: ignore[arg-type]
-                            result={"content": result.content or "", "tool_calls": calls,
+                            result={"content": result.content or "", "tool_calls": named,
                                     "finish_reason": result.finish_reason, **({"malformed": result.malformed}
                                                                                if result.malformed else {})},
                             seconds=result.latency_s, tokens_in=result.tokens_in, tokens_out=result.tokens_out))
@@ -377,7 +390,7 @@ class AgentRun:
         assistant: dict[str, Any] = {"role": "assistant", "content": result.content or ""}
         if calls:
             assistant["tool_calls"] = [{"id": c["id"], "type": "function",
-                                        "function": {"name": c["name"], "arguments": c["arguments"]}} for c in calls]
+                                        "function": {"name": c["name"], "arguments": c["kept"]}} for c in calls]
         ep.messages.append(assistant)
         if not calls:
             ep.last_text = result.content or ""
@@ -399,12 +412,12 @@ class AgentRun:
             else:
                 row.tool_calls += 1
                 self.report.tool_calls += 1
-                out = await asyncio.to_thread(ep.tools.call, call["name"], call["arguments"])
+                out = await asyncio.to_thread(ep.tools.call, call["raw_name"], call["arguments"])
                 row.gpu_s += out.gpu_s
                 if out.submission is not None:
                     ep.submission = out.submission
             self._step(ep, Step(episode_id=row.id, step=0, kind="tool", turn=row.turns, tool=call["name"],  # type: ignore[arg-type]
-                                call_id=call["id"], arguments=call["arguments"], result=out.result, status=out.status,
+                                call_id=call["id"], arguments=call["kept"], result=out.result, status=out.status,
                                 seconds=round(out.seconds, 4), gpu_s=round(out.gpu_s, 4) if out.gpu_s else None))
             ep.messages.append({"role": "tool", "tool_call_id": call["id"], "content": out.text()})
             self.progress({"event": "step", **where, "turn": row.turns, "tool": call["name"], "status": out.status,
@@ -434,7 +447,7 @@ class AgentRun:
                       latency_s=round(ep.elapsed(), 3))
         if sub is not None:
             return add_sample(self.db, Sample(language=sub.language, code=sub.code, manifest=sub.manifest,
-                                              response=sub.raw, **common))  # type: ignore[arg-type]
+                                              response=sub.stored_response(), **common))  # type: ignore[arg-type]
         return add_sample(self.db, Sample(language="none", code="", response=ep.last_text, **common))  # type: ignore[arg-type]
 
     def _store_no_submit(self, spec: TaskSpec, sample: Sample, row: Episode) -> None:
@@ -454,7 +467,7 @@ class AgentRun:
     async def _judge(self, task_id: str, index: int, sample: Sample, row: Episode) -> None:
         assert self.report is not None
         spec = self.specs[task_id]
-        extracted = candidate_of(sample)
+        extracted = await asyncio.to_thread(candidate_of, sample)   # off the event loop: it may extract a reply
         try:
             async with self._judge_slots:
                 result = await asyncio.to_thread(_judge_locked, extracted, spec, self.config.gpu)
@@ -468,6 +481,21 @@ class AgentRun:
         self.report.categories[evaluation.category] += 1
         self.progress({"event": "judged", "task": task_id, "index": index, "sample_id": sample.id,
                        "category": evaluation.category, "status": evaluation.status})
+
+
+def _read_calls(raw: Any) -> list[dict[str, Any]]:
+    """A reply's tool calls as the episode uses them: a short text id and name, the arguments as sent
+    (the tools check them), and `kept`, what is recorded and echoed back to the endpoint: the text as
+    sent within the caps, else a short note (models/agent_tools.py `recorded_arguments`)."""
+    calls = []
+    for i, call in enumerate(raw if isinstance(raw, list) else []):
+        call = call if isinstance(call, dict) else {}
+        call_id = call.get("id")
+        call_id = call_id[:128] if isinstance(call_id, str) and call_id else f"call_{i}"
+        arguments = call.get("arguments")
+        calls.append({"id": call_id, "name": agent_tools.tool_name(call.get("name")), "raw_name": call.get("name"),
+                      "arguments": arguments, "kept": agent_tools.recorded_arguments(arguments)})
+    return calls
 
 
 def _judge_locked(extracted: Any, spec: TaskSpec, gpu: bool) -> Any:

@@ -20,6 +20,11 @@ What a tool may say is the candidate's business and nothing else:
 
 Without a GPU of the task's arch, `check` and `time` answer `skipped: no sm_90a device` and run
 nothing: an answer never claims a run that did not happen.
+
+A call's arguments come from a model or a client and are read with care: their size and nesting are
+checked on the raw text, in one linear pass, before any JSON parser sees them (`check_arguments`),
+and an already-parsed mapping is walked with a stack, never by recursion. `JudgeTools.call` never
+raises: every failure is an `error: …` answer the caller can act on.
 """
 
 from __future__ import annotations
@@ -29,11 +34,12 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any
 
 from ptxbench.engine.candidate import Candidate
 from ptxbench.engine.categories import DESCRIPTIONS, OK, SKIPPED_PREFIX, worst
-from ptxbench.engine.manifest import ManifestError, parse_manifest
+from ptxbench.engine.manifest import MAX_MANIFEST_BYTES, ManifestError, parse_manifest
 from ptxbench.tasks.spec import TaskSpec
 
 TOOL_NAMES = ("assemble", "check", "time", "submit")
@@ -45,6 +51,21 @@ DEFAULT_GPU_BUDGET_S = 600.0
 GPU_LOCK = threading.Lock()
 _SEED = re.compile(r"\bseeds?\s*[=:]?\s*\[?[0-9][0-9, ]*\]?", re.I)
 _WORST_KEYS = ("output", "index", "got", "expected", "abs_err", "rel_err", "tolerance", "bound", "ratio")
+
+# What one call may send. The code cap is the engine's own candidate limit (engine/assemble.py), so a
+# kernel the engine would refuse is refused here with a message the agent can act on; the whole
+# arguments may add the largest manifest the engine reads and some room for the JSON around them.
+MAX_CODE_BYTES = 4 << 20
+MAX_ARGUMENT_BYTES = MAX_CODE_BYTES + MAX_MANIFEST_BYTES + (64 << 10)
+# A candidate's arguments nest a handful of levels (object, manifest, launches, a launch, its args);
+# 32 leaves room and keeps every parser, json's and the store readers', far from Python's recursion limit.
+MAX_DEPTH = 32
+MAX_NAME_CHARS = 64
+# A JSON string literal, escapes included, read possessively (no backtracking); one left open runs to
+# the end of the text, an escape cut off by the end included.
+_JSON_STRING = re.compile(r'"[^"\\]*+(?:\\.[^"\\]*+)*+(?:"|\\?\Z)', re.S)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]++")
+_BRACKET_STEP = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")  # +1 and -1 as signed bytes
 
 _CANDIDATE_PROPERTIES: dict[str, Any] = {
     "code": {"type": "string", "description": "The whole kernel: a PTX module, or CUDA C++ device code with "
@@ -95,7 +116,14 @@ class Submission:
     language: str
     code: str
     manifest: dict[str, Any] | None
-    raw: str                          # the arguments as the agent sent them
+    raw: str                          # the arguments as the agent sent them (within the caps)
+
+    def stored_response(self) -> str:
+        """What the submitted sample keeps as its response: the call's arguments with the code left
+        out, for the sample keeps the code itself (and the call's step its arguments)."""
+        size = len(self.code.encode("utf-8", "surrogatepass"))
+        return json.dumps({"code": f"(the sample's code, {size:,} bytes)", "language": self.language,
+                           **({"manifest": self.manifest} if self.manifest is not None else {})}, ensure_ascii=False)
 
 
 @dataclass
@@ -117,42 +145,163 @@ class ArgumentError(ValueError):
     """The call's arguments cannot be read: said to the agent, never judged."""
 
 
-def parse_arguments(arguments: str | dict[str, Any] | None) -> dict[str, Any]:
+def _utf8_size(text: str, cap: int) -> int:
+    """The text's size in UTF-8 bytes, or a number over `cap` as soon as it must be over (no copy then)."""
+    if len(text) > cap:  # a character is at least one byte
+        return len(text)
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def json_depth(text: str) -> int:
+    """How deep the JSON text's arrays and objects nest (0 for a scalar), without parsing it: linear in
+    the text, brackets inside strings (escapes included) not counted. Text that is not JSON gets a
+    number too; the parser refuses it afterwards."""
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    steps = memoryview(brackets.encode("ascii").translate(_BRACKET_STEP)).cast("b")
+    return max(accumulate(steps), default=0)
+
+
+_FLAT = "send one flat object: {\"code\": …, \"language\": …, \"manifest\": {…}}"
+
+
+def _too_large(what: str, size: int, limit: int) -> ArgumentError:
+    return ArgumentError(f"{what}: {size:,} bytes or more, over the limit of {limit:,} bytes "
+                         f"(a kernel may be {MAX_CODE_BYTES:,} bytes, a manifest {MAX_MANIFEST_BYTES:,})")
+
+
+def _too_deep(what: str, depth: int | None) -> ArgumentError:
+    levels = f"{depth:,} levels deep" if depth is not None else f"more than {MAX_DEPTH} levels deep"
+    return ArgumentError(f"{what}: nested {levels}, over the limit of {MAX_DEPTH} levels; {_FLAT}")
+
+
+def _check_text(text: str, what: str, max_bytes: int) -> None:
+    size = _utf8_size(text, max_bytes)
+    if size > max_bytes:
+        raise _too_large(what, size, max_bytes)
+    depth = json_depth(text)
+    if depth > MAX_DEPTH:
+        raise _too_deep(what, depth)
+
+
+def _check_value(value: Any) -> None:
+    """Depth and size of arguments that arrive already parsed, walked with a stack (no recursion),
+    stopping as soon as a cap is passed; a cycle is a depth over the cap."""
+    size, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            size += len(item) + 2
+        elif isinstance(item, (dict, list, tuple)):
+            if depth > MAX_DEPTH:
+                raise _too_deep("the arguments", None)
+            size += 2 + len(item)  # brackets and separators, counted before any child is looked at
+            if size > MAX_ARGUMENT_BYTES:
+                break
+            if isinstance(item, dict):
+                for key, child in item.items():
+                    if not isinstance(key, str):
+                        raise ArgumentError("the arguments have a key that is not a string")
+                    size += len(key) + 3
+                    stack.append((child, depth + 1))
+            else:
+                stack.extend((child, depth + 1) for child in item)
+        elif item is None or isinstance(item, (bool, float)):
+            size += 5
+        elif isinstance(item, int):
+            size += item.bit_length() // 3 + 1  # about its decimal digits, without writing them out
+        else:
+            raise ArgumentError(f"the arguments hold a {type(item).__name__}, which is not a JSON value")
+        if size > MAX_ARGUMENT_BYTES:
+            break
+    if size > MAX_ARGUMENT_BYTES:
+        raise _too_large("the arguments", size, MAX_ARGUMENT_BYTES)
+
+
+def check_arguments(arguments: object) -> None:
+    """The caps, before anything reads the arguments: ArgumentError when they are too large or
+    nest too deep. Text is measured raw; a mapping (an SDK that parsed the JSON itself) is walked."""
+    if isinstance(arguments, str):
+        _check_text(arguments, "the arguments", MAX_ARGUMENT_BYTES)
+    elif arguments is not None:
+        _check_value(arguments)
+
+
+def parse_arguments(arguments: object) -> dict[str, Any]:
+    """The arguments as a mapping, the caps checked first; ArgumentError says what is wrong."""
+    check_arguments(arguments)
     if isinstance(arguments, dict):
         return arguments
-    if arguments is None or not str(arguments).strip():
+    if arguments is None or (isinstance(arguments, str) and not arguments.strip()):
         raise ArgumentError("no arguments: give at least {\"code\": …}")
+    if not isinstance(arguments, str):
+        raise ArgumentError("the arguments must be a JSON object such as {\"code\": …}")
     try:
         value = json.loads(arguments)
-    except ValueError as exc:
-        raise ArgumentError(f"the arguments are not valid JSON ({exc})") from None
+    except ValueError as exc:  # JSONDecodeError, and an integer literal too long to read
+        raise ArgumentError(f"the arguments are not valid JSON ({_short(str(exc))})") from None
     if not isinstance(value, dict):
         raise ArgumentError("the arguments must be a JSON object such as {\"code\": …}")
     return value
 
 
-def read_submission(arguments: str | dict[str, Any] | None) -> Submission:
+def read_submission(arguments: object) -> Submission:
     """code, language and manifest from a call's arguments; ArgumentError says what is wrong."""
-    raw = arguments if isinstance(arguments, str) else json.dumps(arguments)
     args = parse_arguments(arguments)
     code = args.get("code")
     if not isinstance(code, str) or not code.strip():
-        raise ArgumentError("`code` must be the kernel's source text")
+        raise ArgumentError("`code` must be the kernel's source text, a non-empty string")
+    size = _utf8_size(code, MAX_CODE_BYTES)
+    if size > MAX_CODE_BYTES:
+        raise _too_large("`code`", size, MAX_CODE_BYTES)
     language = args.get("language") or "ptx"
     if language not in LANGUAGES:
-        raise ArgumentError(f"`language` must be ptx or cuda, not {language!r}")
+        raise ArgumentError(f"`language` must be ptx or cuda, not {_short(repr(language), 60)}")
     manifest = args.get("manifest")
     if isinstance(manifest, str):
         if not manifest.strip():
             manifest = None
         else:
+            _check_text(manifest, "`manifest`", MAX_MANIFEST_BYTES)
             try:
                 manifest = json.loads(manifest)
             except ValueError as exc:
-                raise ArgumentError(f"`manifest` is a string that is not JSON ({exc})") from None
+                raise ArgumentError(f"`manifest` is a string that is not JSON ({_short(str(exc))})") from None
     if manifest is not None and not isinstance(manifest, dict):
         raise ArgumentError("`manifest` must be a JSON object (docs/candidate.md)")
-    return Submission(language, code, manifest or None, raw or "")
+    raw = arguments if isinstance(arguments, str) else json.dumps(args, ensure_ascii=False)
+    return Submission(language, code, manifest or None, raw)
+
+
+def tool_name(name: object) -> str:
+    """A call's tool name as it may be recorded and said back: short, and always text."""
+    if not isinstance(name, str):
+        return f"<{type(name).__name__}>"
+    return name if len(name) <= MAX_NAME_CHARS else name[:MAX_NAME_CHARS] + "…"
+
+
+def recorded_arguments(arguments: object) -> str:
+    """What a log or the store keeps of a call's arguments, and what goes back to the endpoint in the
+    conversation: the text as sent when it is within the caps (even when it is not JSON), else a
+    short JSON note saying what was dropped, so no reader ever meets the oversized or deep text."""
+    try:
+        check_arguments(arguments)
+        try:
+            parsed = json.loads(arguments) if isinstance(arguments, str) else arguments
+        except ValueError:
+            parsed = None  # not JSON: kept as sent, it is small and flat enough
+        manifest = parsed.get("manifest") if isinstance(parsed, dict) else None
+        if isinstance(manifest, str):  # a reader of the manifest text must be as safe as one of the arguments
+            _check_text(manifest, "`manifest`", MAX_MANIFEST_BYTES)
+        if isinstance(arguments, str):
+            return arguments
+        return "" if arguments is None else json.dumps(arguments, ensure_ascii=False, default=str)
+    except (ArgumentError, RecursionError, MemoryError, TypeError, ValueError) as exc:
+        why = str(exc) if isinstance(exc, ArgumentError) else type(exc).__name__
+        return json.dumps({"omitted": f"the arguments were not kept: {_short(why, 300)}"})
+
+
+def _short(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def scrub(text: str, seeds: tuple[int, ...] = ()) -> str:
@@ -187,27 +336,46 @@ class JudgeTools:
 
     # -- the one entry point -----------------------------------------------------------------------
 
-    def call(self, name: str, arguments: str | dict[str, Any] | None) -> ToolOutcome:
-        """Answer one call. Never raises for what an agent sends: an unknown tool or unreadable
-        arguments are an `error: …` answer the agent can act on."""
+    def call(self, name: object, arguments: object) -> ToolOutcome:
+        """Answer one call. Never raises: an unknown tool, arguments that are unreadable, too large
+        or nested too deep, and even a failure of the judge itself are an `error: …` answer."""
         started = time.perf_counter()
-        if name not in TOOL_NAMES:
-            out = ToolOutcome(name, "error: unknown tool", {
-                "error": f"there is no tool {name!r}; the tools are {', '.join(TOOL_NAMES)}"})
-        else:
-            try:
-                submission = read_submission(arguments)
-            except ArgumentError as exc:
-                out = ToolOutcome(name, "error: bad arguments", {"error": str(exc)})
-            else:
-                try:
-                    out = getattr(self, f"_{name}")(submission)
-                except (RuntimeError, OSError) as exc:  # EngineError, ToolchainError: the tool failed, not the kernel
-                    out = ToolOutcome(name, f"error: the tool failed: {type(exc).__name__}",
-                                      {"error": f"the judge could not answer this call ({type(exc).__name__}: "
-                                                f"{scrub(str(exc))}); the kernel was not judged"})
+        tool = tool_name(name)
+        try:
+            out = self._answer(name, tool, arguments)
+        except RecursionError:  # a parser below met nesting the caps did not foresee
+            out = ToolOutcome(tool, "error: bad arguments", {
+                "error": f"the arguments nest too deep to read; {_FLAT}"})
+        except MemoryError:
+            out = ToolOutcome(tool, "error: bad arguments", {
+                "error": f"the arguments are too large to read; a kernel may be {MAX_CODE_BYTES:,} bytes"})
+        except Exception as exc:  # a fault of the judge, not of the call: said, never raised at the agent
+            out = ToolOutcome(tool, f"error: the tool failed: {type(exc).__name__}", {
+                "error": f"the judge failed on this call ({type(exc).__name__}: {scrub(str(exc))}); the kernel "
+                         "was not judged: try again, or submit"})
         out.seconds = time.perf_counter() - started
         return out
+
+    def _answer(self, name: object, tool: str, arguments: object) -> ToolOutcome:
+        if not isinstance(name, str):
+            return ToolOutcome(tool, "error: unknown tool", {
+                "error": f"the tool's name must be a string, not a {type(name).__name__}; the tools are "
+                         f"{', '.join(TOOL_NAMES)}"})
+        if name not in TOOL_NAMES:
+            return ToolOutcome(tool, "error: unknown tool", {
+                "error": f"there is no tool {tool!r}; the tools are {', '.join(TOOL_NAMES)}"})
+        try:
+            submission = read_submission(arguments)
+        except ArgumentError as exc:
+            return ToolOutcome(tool, "error: bad arguments", {"error": str(exc)})
+        try:
+            return getattr(self, f"_{name}")(submission)
+        except RecursionError:
+            raise  # said as such by call()
+        except (RuntimeError, OSError) as exc:  # EngineError, ToolchainError: the tool failed, not the kernel
+            return ToolOutcome(name, f"error: the tool failed: {type(exc).__name__}",
+                               {"error": f"the judge could not answer this call ({type(exc).__name__}: "
+                                         f"{scrub(str(exc))}); the kernel was not judged"})
 
     # -- the tools -----------------------------------------------------------------------------------
 

@@ -118,8 +118,11 @@ def parse_completion(body: str) -> tuple[dict[str, Any] | None, str | None]:
     """(fields, None) for a chat completion body, or (None, why not)."""
     try:
         data = json.loads(body)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         return None, f"the reply is not valid JSON ({exc.msg} at character {exc.pos} of {len(body)})"
+    except (ValueError, RecursionError):
+        # Nested deeper than the parser goes: an endpoint's fault, said like any malformed reply.
+        return None, f"the reply is JSON nested too deeply to read ({len(body)} characters)"
     if not isinstance(data, dict):
         return None, "the reply is JSON but not an object"
     choices = data.get("choices")

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from ptxbench.db.reader import StoreReader
 from ptxbench.db.store import StoreError
+from ptxbench.engine.inert import inert
 
 DEFAULT_THEME = "ptxbench"  # themes/ptxbench.py; not imported here, it pulls in Textual
 
@@ -122,15 +123,137 @@ def parse_args(argv: list[str] | None = None, prog: str = "ptxbench-tui") -> arg
     parser.add_argument("--db", metavar="PATH", help="the store to open (default: the default store, created and seeded on first start)")
     parser.add_argument("--theme", metavar="NAME", default=DEFAULT_THEME, help="ptxbench, ptxbench-light or any Textual theme")
     parser.add_argument("--engine", metavar="CMD", help="the engine command for Live (default: ptxbench eval)")
-    parser.add_argument("--serve", action="store_true", help="serve the explorer in a browser (textual-serve)")
+    parser.add_argument("--serve", action="store_true",
+                        help="serve the explorer in a browser (textual-serve): open the address it prints, "
+                             "whose token is new at each start")
     parser.add_argument("--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1: this machine only)")
     parser.add_argument("--port", type=int, default=8000, help="port to serve on (default 8000)")
     return parser.parse_args(argv)
 
 
+LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
+WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def make_server(command: str, host: str, port: int, token: str | None = None):  # -> textual_serve Server
+    """textual-serve's Server, guarded: the page answers only with the start's token (`/?token=…`),
+    and the WebSocket that drives the explorer is accepted only at `/ws/<token>` and only from the
+    page's own origin. A browser sends Origin on every WebSocket handshake and no page can forge
+    it, so another site cannot drive the explorer even from the person's own browser; a handshake
+    without Origin (not a browser's) is refused too, for none is needed. The Host header must name
+    this server (when bound to an address rather than to every interface), which keeps a
+    DNS-rebound name from reaching it. Raises ImportError without textual-serve."""
+    import hmac
+    import logging
+    import secrets
+
+    from aiohttp import web
+    from textual_serve.server import Server
+    from yarl import URL
+
+    token = token or secrets.token_urlsafe(32)
+    names = None if host in WILDCARD_HOSTS else ({host.lower()} | (LOOPBACK_NAMES if host in LOOPBACK_NAMES else set()))
+
+    def same_token(given: str | None) -> bool:
+        try:
+            return given is not None and hmac.compare_digest(given.encode("utf-8"), token.encode("utf-8"))
+        except (UnicodeError, TypeError):
+            return False
+
+    def origin_of(url: str) -> tuple[str, str, int] | None:
+        try:
+            parsed = URL(url)
+        except (ValueError, TypeError):
+            return None
+        if parsed.scheme not in ("http", "https") or not parsed.host or parsed.port is None:
+            return None
+        return parsed.scheme, parsed.host.lower().strip("[]"), parsed.port
+
+    def own_origin(request: web.Request) -> tuple[str, str, int] | None:
+        """The page's scheme://host:port as the browser reached it, when that names this server."""
+        found = origin_of(f"{request.scheme}://{request.host}")
+        if found is None or found[2] != port or (names is not None and found[1] not in names):
+            return None
+        return found
+
+    @web.middleware
+    async def only_this_host(request: web.Request, handler):
+        if own_origin(request) is None:
+            raise web.HTTPForbidden(text="this server answers only at the address it printed")
+        return await handler(request)
+
+    class GuardedServer(Server):
+        token: str
+
+        def initialize_logging(self) -> None:
+            super().initialize_logging()
+            logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # its lines would show the token
+
+        async def on_startup(self, app: web.Application) -> None:
+            pass  # the address is said once the socket listens (serve)
+
+        def serve(self, debug: bool = False) -> None:
+            self.debug = debug
+            self.initialize_logging()
+            # run_app calls `print` once its socket listens: the address printed then opens at once.
+            web.run_app(self._make_app(), host=self.host, port=self.port, handle_signals=True,
+                        print=lambda *_: self.announce())
+
+        def announce(self) -> None:
+            print(f"Serving the PTXBench explorer at {self.url}", flush=True)
+            print("Open that address (the token is new at each start); press Ctrl+C to stop.", flush=True)
+
+        @property
+        def url(self) -> str:
+            return f"{self.public_url}/?token={self.token}"
+
+        async def _make_app(self) -> web.Application:
+            app = await super()._make_app()
+            app.middlewares.append(only_this_host)
+            app.router.add_get("/ws/{token}", self.handle_websocket)
+            return app
+
+        async def handle_index(self, request: web.Request) -> web.StreamResponse:
+            import aiohttp_jinja2
+
+            if not same_token(request.query.get("token")):
+                raise web.HTTPForbidden(text="open the address the server printed at its start (it has the token)")
+            try:
+                font_size = min(64, max(6, int(request.query.get("fontsize", "16"))))
+            except ValueError:
+                font_size = 16
+            scheme = "wss" if request.scheme == "https" else "ws"
+            context = {
+                "font_size": font_size,
+                "app_websocket_url": f"{scheme}://{request.host}/ws/{self.token}",  # same origin as the page
+                "config": {"static": {"url": "/static/"}},
+                "application": {"name": self.title},
+            }
+            response = aiohttp_jinja2.render_template("app_index.html", request, context)
+            response.headers["Referrer-Policy"] = "no-referrer"  # the address has the token
+            return response
+
+        async def handle_websocket(self, request: web.Request) -> web.WebSocketResponse:
+            if not same_token(request.match_info.get("token")):
+                raise web.HTTPForbidden(text="no or wrong token")
+            origin = request.headers.get("Origin")
+            if origin is None or origin_of(origin) != own_origin(request):
+                raise web.HTTPForbidden(text="a WebSocket from another origin, or without one, is refused")
+            return await super().handle_websocket(request)
+
+    server = GuardedServer(command, host=host, port=port, title="PTXBench",
+                           public_url=f"http://{_url_host(host)}:{port}")
+    server.token = token
+    return server
+
+
 def serve(args: argparse.Namespace, path: Path) -> int:
     try:
-        from textual_serve.server import Server
+        import textual_serve.server  # noqa: F401
     except ImportError:
         print("ptxbench-tui: --serve needs textual-serve, one of ptxbench's own dependencies: "
               "reinstall ptxbench (pip install ptxbench) in this environment", file=sys.stderr)
@@ -138,8 +261,7 @@ def serve(args: argparse.Namespace, path: Path) -> int:
     command = [sys.executable, "-m", "ptxbench.tui.app", "--db", str(path), "--theme", args.theme]
     if args.engine:
         command += ["--engine", args.engine]
-    server = Server(shlex.join(command), host=args.host, port=args.port, title="PTXBench")
-    server.serve()
+    make_server(shlex.join(command), args.host, args.port).serve()
     return 0
 
 
@@ -171,7 +293,7 @@ def main(argv: list[str] | None = None, prog: str = "ptxbench-tui") -> None:
     try:
         path = prepare_store(args.db)
     except StoreError as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {inert(exc)}", file=sys.stderr)
         sys.exit(EXIT_STORE)
     why = None if args.serve else no_terminal()
     if why:
@@ -182,7 +304,7 @@ def main(argv: list[str] | None = None, prog: str = "ptxbench-tui") -> None:
     app = create_app(args, path)
     app.run()
     for item in app.unsaved:  # the person chose to quit without them: the text is not lost
-        print(f"{prog}: label not saved, {item.describe()}", file=sys.stderr)
+        print(f"{prog}: label not saved, {inert(item.describe())}", file=sys.stderr)
     sys.exit(app.return_code or 0)
 
 

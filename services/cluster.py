@@ -62,6 +62,28 @@ def parse_address(address: str) -> tuple[str, int | None]:
     raise UsageError(f"--cluster {address!r}: give the scheduler's address (tcp://host:8786) or local[:N]")
 
 
+LOCAL_HOST = "127.0.0.1"
+
+
+def local_cluster_options(n_workers: int) -> dict[str, Any]:
+    """A `local` cluster's LocalCluster arguments: every listener on loopback and no dashboard. The
+    scheduler, the workers and their nannies bind to LOCAL_HOST (named, not left to Dask's default);
+    the dashboards, which would show the jobs to anyone who can reach them, are off. The scheduler
+    keeps the small HTTP server Dask always starts (health, metrics): on LOCAL_HOST, at a free port,
+    where a port alone (":0", the old setting) would listen on every interface."""
+    return {
+        "n_workers": n_workers,
+        "threads_per_worker": 1,
+        "processes": True,
+        "resources": {RESOURCE: 1},
+        "host": LOCAL_HOST,
+        "protocol": "tcp://",
+        "dashboard_address": None,
+        "worker_dashboard_address": None,
+        "scheduler_kwargs": {"dashboard": False, "dashboard_address": f"{LOCAL_HOST}:0"},
+    }
+
+
 class DaskBackend:
     """A parallel batch's Backend (services/dispatch.py) on a Dask cluster."""
 
@@ -97,9 +119,7 @@ class DaskBackend:
         try:
             if self.kind == "local":
                 n = self.local_workers or max(1, _visible_gpu_count())
-                self.cluster = LocalCluster(
-                    n_workers=n, threads_per_worker=1, processes=True, resources={RESOURCE: 1}, dashboard_address=":0"
-                )
+                self.cluster = LocalCluster(**local_cluster_options(n))
                 self.client = Client(self.cluster, set_as_default=False)
             else:
                 self.client = Client(self.address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)

@@ -21,7 +21,6 @@ PTXBench works without it.
 
 # No `from __future__ import annotations`: the SDK reads the tools' signatures, whose annotations
 # name `Context` from inside build_server, so they must be evaluated where they are written.
-import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -44,7 +43,7 @@ from ptxbench.db.trajectories import (
     update_episode,
 )
 from ptxbench.db.writes import add_evaluation, add_sample, create_run, finish_run, get_or_create_model
-from ptxbench.models.agent_tools import GpuAccess, JudgeTools, ToolOutcome
+from ptxbench.models.agent_tools import GpuAccess, JudgeTools, ToolOutcome, recorded_arguments
 from ptxbench.models.judging import JudgeFailed, candidate_of, judge_sample
 from ptxbench.services.catalogue import CONTEXT_LEVELS, tasks_for
 from ptxbench.services.errors import UsageError
@@ -220,7 +219,7 @@ class Session:
                 step=next_step_number(self.db, ep.row.id),  # type: ignore[arg-type]
                 kind="tool",
                 tool=name,
-                arguments=json.dumps(arguments, ensure_ascii=False),
+                arguments=recorded_arguments(arguments),  # bounded: a note instead of arguments over the caps
                 result=out.result,
                 status=out.status,
                 seconds=round(out.seconds, 4),
@@ -330,8 +329,9 @@ class Judge:
         return f"{prompt.system}\n\n{prompt.user}{note}\n\nEvery tool call names the task: task={spec.id!r}."
 
     def _allowed(self, task_id: str) -> str:
-        if task_id not in self.settings.tasks:
-            raise UsageError(f"no task {task_id!r} here; list_tasks names them")
+        if not isinstance(task_id, str) or task_id not in self.settings.tasks:
+            shown = repr(task_id) if isinstance(task_id, str) and len(task_id) <= 80 else "of that name"
+            raise UsageError(f"no task {shown} here; list_tasks names them")
         return task_id
 
     async def call(self, session: Session, name: str, task_id: str, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -368,7 +368,7 @@ class Judge:
                 language=sub.language,
                 code=sub.code,
                 manifest=sub.manifest,
-                response=sub.raw,
+                response=sub.stored_response(),  # the code is the sample's own; the step keeps the call
                 source=session.source,
                 run_id=session._run().id,
                 sample_index=ep.row.sample_index,

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import socket
 import sqlite3
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -80,33 +77,6 @@ def test_theme_option(store):
     assert make_app(store, theme=args.theme).theme == "ptxbench-light"
     assert make_app(store, theme="no-such-theme").theme == "ptxbench"
     assert parse_args([]).host == "127.0.0.1"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def test_serve_binds_to_localhost_and_answers(store):
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "ptxbench.tui.app", "--db", str(store), "--serve", "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        page = None
-        for _ in range(100):
-            try:
-                page = urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1).read().decode()
-                break
-            except OSError:
-                time.sleep(0.1)  # the server is starting: poll its socket
-        assert page is not None and "ptxbench" in page.lower()
-        listening = subprocess.run(["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True).stdout
-        local = [line.split()[3] for line in listening.splitlines() if line.strip()]
-        assert local and all(addr.startswith("127.0.0.1:") for addr in local)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 def test_engine_and_store_never_import_textual():
