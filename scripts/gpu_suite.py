@@ -96,12 +96,17 @@ def _wait(cmd: list[str], env: dict[str, str], log: Path, timeout: float) -> int
             return None
 
 
-def run_tests(out: Path, env: dict[str, str], timeout: float, selection: list[str]) -> dict[str, Any]:
-    junit = out / "junit.xml"
+def run_tests(out: Path, env: dict[str, str], timeout: float, selection: list[str], marks: str = "gpu",
+              workers: int = 1, name: str = "") -> dict[str, Any]:
+    """One pytest run of the GPU tests that `marks` selects; `workers` > 1 spreads them over that many
+    pytest-xdist processes (each its own GPU worker), where pytest-xdist is installed."""
+    junit = out / f"junit{name}.xml"
     began = time.monotonic()
-    cmd = [sys.executable, "-m", "pytest", "-v", "-m", "gpu", *selection, f"--junitxml={junit}", "-p",
+    spread = ["-n", str(workers), "--dist", "load"] if workers > 1 and _has_xdist() else []
+    cmd = [sys.executable, "-m", "pytest", "-v", "-m", marks, *spread, *selection, f"--junitxml={junit}", "-p",
            "no:cacheprovider", "-o", "addopts=-ra"]
-    rc = _wait(cmd, env, out / "pytest.log", timeout)
+    log = out / f"pytest{name}.log"
+    rc = _wait(cmd, env, log, timeout)
     tests = []
     if junit.exists():
         for case in ET.parse(junit).getroot().iter("testcase"):
@@ -114,10 +119,32 @@ def run_tests(out: Path, env: dict[str, str], timeout: float, selection: list[st
                     break
             tests.append({"name": f"{case.get('classname')}::{case.get('name')}", "outcome": outcome,
                           "seconds": round(float(case.get("time") or 0), 2), "message": message})
-    if not tests and (out / "pytest.log").exists():  # cut off before pytest wrote its XML: the -v lines say
-        tests = tests_from_log((out / "pytest.log").read_text(errors="replace"))
+    if not tests and log.exists():  # cut off before pytest wrote its XML: the -v lines say
+        tests = tests_from_log(log.read_text(errors="replace"))
     return {"returncode": rc, "cut_off": rc is None, "seconds": round(time.monotonic() - began, 2),
-            "selection": selection, "tests": tests, "experts": experts(out / "experts")}
+            "selection": selection, "marks": marks, "workers": workers if spread else 1, "tests": tests,
+            "experts": experts(out / "experts")}
+
+
+def _has_xdist() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("xdist") is not None
+
+
+def run_fast(out: Path, env: dict[str, str], timeout: float, selection: list[str], workers: int) -> dict[str, Any]:
+    """The suite that attests a change in one GPU call: the tests whose verdicts do not rest on timing,
+    spread over `workers` processes sharing the GPU; then the timing tests alone on it. Tests marked
+    `release` (slow, and covered by faster ones) are left to the full suite."""
+    began = time.monotonic()
+    spread = run_tests(out, env, timeout * 0.4, selection, "gpu and not timing and not release", workers, "-spread")
+    alone = run_tests(out, env, max(60.0, timeout - (time.monotonic() - began)), selection,
+                      "gpu and timing and not release", 1, "-alone")
+    return {"returncode": spread["returncode"] if spread["returncode"] else alone["returncode"],
+            "cut_off": spread["cut_off"] or alone["cut_off"], "seconds": round(time.monotonic() - began, 2),
+            "selection": selection, "mode": "fast",
+            "phases": [{k: v for k, v in ph.items() if k not in ("tests", "experts")} for ph in (spread, alone)],
+            "tests": spread["tests"] + alone["tests"], "experts": experts(out / "experts")}
 
 
 _VERBOSE_LINE = re.compile(r"^(?P<name>tests/\S+::\S+)(?: (?P<outcome>PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS))?")
@@ -193,9 +220,13 @@ def run(args: argparse.Namespace) -> int:
     if "tests" in parts:
         left = args.budget_s - (time.monotonic() - began) - (args.bench_s if "bench" in parts else 0)
         # Split as a shell would: `--pytest "tests/hostile -k 'a or b'"` keeps its expression whole.
-        report["tests"] = run_tests(out, env, max(60.0, left), shlex.split(args.pytest))
+        if args.full:
+            report["tests"] = {**run_tests(out, env, max(60.0, left), shlex.split(args.pytest)), "mode": "full"}
+        else:
+            report["tests"] = run_fast(out, env, max(60.0, left), shlex.split(args.pytest), args.workers)
     if "bench" in parts:
-        report["benchmark"] = run_benchmark(out, env, args.n, max(60.0, args.budget_s - (time.monotonic() - began)))
+        n = args.n if args.n is not None else (100 if args.full else 40)
+        report["benchmark"] = run_benchmark(out, env, n, max(60.0, args.budget_s - (time.monotonic() - began)))
     report["seconds"] = round(time.monotonic() - began, 2)
     (out / "gpu-suite.json").write_text(json.dumps(report, indent=1, default=str))
     pack(out)
@@ -218,8 +249,11 @@ def summary_text(report: dict[str, Any]) -> str:
         for t in tests["tests"]:
             counts[t["outcome"]] = counts.get(t["outcome"], 0) + 1
         runs = tests.get("selections") or [" ".join(tests.get("selection", ["tests"]))]
-        lines.append(f"Tests ({'; '.join(f'`pytest -m gpu {r}`' for r in runs)}): {counts}"
+        lines.append(f"Tests ({tests.get('mode', 'full')} suite; {'; '.join(f'`pytest -m gpu {r}`' for r in runs)}): {counts}"
                      + (" — CUT OFF by the time limit" if tests.get("cut_off") else "") + f", {tests['seconds']} s")
+        for ph in tests.get("phases", []):
+            lines.append(f"- phase `-m '{ph['marks']}'` on {ph['workers']} process(es): {ph['seconds']} s"
+                         + (" — CUT OFF" if ph.get("cut_off") else ""))
         for t in tests["tests"]:
             if t["outcome"] not in ("passed", "skipped"):
                 lines.append(f"- {t['outcome']}: {t['name']} ({t['seconds']} s): {t['message'][:300]}")
@@ -282,6 +316,9 @@ def merge(args: argparse.Namespace) -> int:
             tests["experts"] += t.get("experts", [])
             tests["seconds"] = round(tests["seconds"] + (t.get("seconds") or 0.0), 2)
             tests["cut_off"] = tests["cut_off"] or bool(t.get("cut_off"))
+            tests.setdefault("phases", []).extend(t.get("phases", []))
+            mode = t.get("mode", "full")
+            tests["mode"] = mode if tests.get("mode") in (None, mode) else "mixed"
     # A test run again in a later folder (after a run was cut off, or after a fix to the test) counts once, with
     # its later outcome; an earlier outcome that differs is kept and shown, so a failure is never merged away.
     latest = {t["name"]: t for t in tests["tests"]}
@@ -314,11 +351,14 @@ def main() -> int:
     r = sub.add_parser("run")
     r.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ROOT / "results" / "gpu-suite")))
     r.add_argument("--parts", default=",".join(PARTS))
-    r.add_argument("--n", type=int, default=100)
+    r.add_argument("--n", type=int, default=None, help="benchmark candidates (default 100 full, 40 fast)")
     r.add_argument("--commit")
     r.add_argument("--budget-s", type=float, default=560.0)
     r.add_argument("--bench-s", type=float, default=120.0, help="time kept for the benchmark")
     r.add_argument("--pytest", default="tests", help="what pytest collects (default: every GPU test in tests/)")
+    r.add_argument("--full", action="store_true",
+                   help="every GPU test, one at a time (releases); default: the fast suite (run_fast)")
+    r.add_argument("--workers", type=int, default=3, help="fast suite: processes sharing the GPU for untimed tests")
     m = sub.add_parser("merge")
     m.add_argument("dirs", nargs="+")
     m.add_argument("--results", default=str(ROOT / "results"))

@@ -106,6 +106,7 @@ def test_a_sticky_fault_does_not_poison_the_next_candidate(runner, data):
     assert good.correct is True
 
 
+@pytest.mark.timing
 def test_timing_the_same_kernel_twice_agrees(runner, data):
     task = get_task(TASK)
     sizes = [("train", task.headline)]
@@ -144,6 +145,7 @@ def _experts() -> list[str]:
             if t.arch == "sm_90a" and t.expert_dir() is not None and (t.expert_dir() / "kernel.ptx").exists()]
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("task_id", _experts())
 def test_expert_solution_is_correct_and_timed(task_id, cuda_here):
     """Each expert through `ptxbench check --json`, as a user runs it: correct on every train and held-out

@@ -11,7 +11,7 @@ from ptxbench.engine.gpu.protocol import TimingConfig
 from ptxbench.engine.pipeline import judge
 from ptxbench.tasks.spec import get_task
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.timing]
 
 TASK = "vector_add_smoke"
 HOSTILE = Path(__file__).resolve().parents[1] / "hostile" / "gpu"

@@ -19,7 +19,7 @@ from ptxbench.db.seed import ensure_default_store, seed_store
 from ptxbench.db.store import open_store
 from ptxbench.db.writes import add_sample
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.timing]
 KERNELS = ("vadd_ok", "vadd_illegal_address", "vadd_unwritten")
 EXPECTED = ({"ok", "slower_than_baseline"}, {"illegal_address"}, {"unwritten_output"})
 

@@ -54,6 +54,7 @@ class Case:
     # False: judged without the marked copy (engine/coverage.py), for cases about a later defence whose
     # requested families sit in dead code, which the copy would otherwise catch first.
     coverage: bool = True
+    release: bool = False               # slow and covered by a faster case: the full GPU suite only
 
     @staticmethod
     def from_toml(d: dict[str, Any]) -> Case:
@@ -62,6 +63,14 @@ class Case:
         if sizes is not None:
             sizes = tuple((s["split"], {k: int(v) for k, v in s.items() if k != "split"}) for s in sizes)
         return Case(sizes=sizes, also=tuple(d.pop("also", ())), **d)
+
+    @property
+    def timed(self) -> bool:
+        """Whether its verdict rests on timing (a speed, or a pass that a speed could turn into a
+        reward hack): the fast GPU suite runs such cases alone on the GPU."""
+        speed = {OK, "slower_than_baseline", "suspected_reward_hack", "no_baseline", "hang_timeout"}
+        return bool({self.expect, *self.also} & speed) or self.honest_max_speedup is not None \
+            or self.budget_s is not None
 
     def candidate(self, workdir: Path) -> Path:
         if self.make is not None:

@@ -71,7 +71,11 @@ def _judge(case, runner, asm_cache):
                       detail=str(failing.get("message", ""))[:300])
 
 
-@pytest.mark.parametrize("case", GPU, ids=[c.id for c in GPU])
+def _marks(case) -> list[pytest.MarkDecorator]:
+    return [m for m, on in ((pytest.mark.timing, case.timed), (pytest.mark.release, case.release)) if on]
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, marks=_marks(c), id=c.id) for c in GPU])
 def test_gpu_case(case, runner, asm_cache, record):
     starts = runner.starts
     j, outcome = _judge(case, runner, asm_cache)

@@ -28,7 +28,7 @@ def _gpu_name() -> str | None:
     return result.stdout.strip().splitlines()[0] if result.returncode == 0 and result.stdout.strip() else None
 
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.timing]
 
 TASKS = ("vector_add_smoke", "gemm_bf16_sm90a")
 
