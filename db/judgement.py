@@ -47,6 +47,10 @@ def _static_fields(static: StaticVerdict) -> dict[str, Any]:
         evidence["commands"] = {k: list(v) for k, v in static.commands.items()}
     if static.notes:
         evidence["notes"] = list(static.notes)
+    if static.generic_target:
+        evidence["generic_target"] = static.generic_target
+    if static.sandbox:
+        evidence["sandbox"] = dict(static.sandbox)
     if static.launched is not None:
         evidence["launched"] = list(static.launched)
     if static.entries:

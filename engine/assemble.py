@@ -8,17 +8,19 @@ A missing tool raises ToolchainError (that is not the candidate's fault).
 
 from __future__ import annotations
 
+import dataclasses
 import re
-import tempfile
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ptxbench.engine import text_scan
 from ptxbench.engine.cache import Cache, content_key, source_fingerprint
 from ptxbench.engine.categories import OK
 from ptxbench.engine.cuda_build import DEFAULT_FLAGS as NVCC_DEFAULT_FLAGS
-from ptxbench.engine.cuda_build import include_problem
+from ptxbench.engine.cuda_build import directive_problem
 from ptxbench.engine.ptxas_messages import (
     EntryResources,
     Message,
@@ -28,7 +30,8 @@ from ptxbench.engine.ptxas_messages import (
     parse_resources,
     verdict,
 )
-from ptxbench.engine.toolchain import find_tool, host_compiler, run_tool, tool_env, tool_version
+from ptxbench.engine.sandbox import DEFAULT_LIMITS, Deadline, describe, job_dir
+from ptxbench.engine.toolchain import ToolchainError, ToolRun, find_tool, host_compiler, run_tool, tool_version
 
 LANGUAGES = ("ptx", "cuda")
 
@@ -58,6 +61,7 @@ EVIDENCE_SOURCE_CHARS = 200
 # reads every message, the stored report keeps the head and the tail.
 MAX_LOG_CHARS = 64 << 10
 MAX_MESSAGES = 200
+MAX_TEXT_CHARS = 2000     # one message, or the evidence line
 
 # The classifier and this stage's own code are part of the cache key, so a
 # change to either never serves a verdict that the new code would not give.
@@ -66,8 +70,6 @@ _FINGERPRINT = source_fingerprint(__file__, Path(__file__).with_name("ptxas_mess
 
 _VERSION_RE = re.compile(r"^[ \t]*\.version[ \t]+(\d+)\.(\d+)", re.M)
 _TARGET_RE = re.compile(r"^[ \t]*\.target[ \t]+([A-Za-z0-9_]+)", re.M)
-_BLOCK_COMMENT = re.compile(r"/\*.*?\*/", re.S)
-_LINE_COMMENT = re.compile(r"//[^\n]*")
 
 
 @dataclass
@@ -76,6 +78,7 @@ class AssembleResult:
     language: str
     arch: str
     ptx: str = ""  # the PTX judged (nvcc's output for CUDA); "" when there is none
+    generic_target: str | None = None  # an earlier .target than `arch` that its GPU runs (generic_target())
     cubin: bytes | None = None
     resources: dict[str, EntryResources] = field(default_factory=dict)
     warnings: list[Message] = field(default_factory=list)
@@ -89,7 +92,10 @@ class AssembleResult:
     tool_versions: dict[str, str] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     cached: bool = False
-    timed_out: bool = False  # a deadline verdict depends on the machine's load: never cached
+    timed_out: bool = False
+    # A verdict that depends on the machine (a deadline, a CPU-seconds cap, a crash) is never cached.
+    transient: bool = False
+    sandbox: str = ""  # the confinement the tools ran under (engine.sandbox.describe)
 
     @property
     def ok(self) -> bool:
@@ -101,6 +107,7 @@ class AssembleResult:
             "language": self.language,
             "arch": self.arch,
             "ptx": self.ptx if with_ptx else None,
+            "generic_target": self.generic_target,
             "cubin_bytes": len(self.cubin) if self.cubin is not None else None,
             "resources": {k: v.to_dict() for k, v in self.resources.items()},
             "warnings": [m.to_dict() for m in self.warnings],
@@ -114,6 +121,7 @@ class AssembleResult:
             "tool_versions": dict(self.tool_versions),
             "seconds": dict(self.seconds),
             "cached": self.cached,
+            "sandbox": self.sandbox,
         }
 
     @classmethod
@@ -123,6 +131,7 @@ class AssembleResult:
             language=d["language"],
             arch=d["arch"],
             ptx=d.get("ptx") or "",
+            generic_target=d.get("generic_target"),
             cubin=cubin,
             resources={k: EntryResources(**{**v}) for k, v in d.get("resources", {}).items()},
             warnings=[Message(**m) for m in d.get("warnings", [])],
@@ -135,13 +144,13 @@ class AssembleResult:
             commands={k: list(v) for k, v in d.get("commands", {}).items()},
             tool_versions=d.get("tool_versions", {}),
             seconds=d.get("seconds", {}),
+            sandbox=d.get("sandbox", ""),
         )
 
 
 def strip_comments(text: str) -> str:
-    """PTX without comments, line numbers kept (a block comment keeps its newlines)."""
-    text = _BLOCK_COMMENT.sub(lambda m: "\n" * m.group(0).count("\n"), text)
-    return _LINE_COMMENT.sub("", text)
+    """PTX without comments, line numbers kept (a block comment keeps its newlines); linear in the text."""
+    return text_scan.strip_comments(text)
 
 
 def ptx_header(ptx: str) -> tuple[tuple[int, int] | None, str | None]:
@@ -210,12 +219,70 @@ def _header_problem(ptx: str, arch: str, ptxas_version: str) -> tuple[str, str, 
             f"(at most .version {limit[0]}.{limit[1]})",
             _line_of(ptx, _VERSION_RE),
         )
-    if target and target in PTXAS_ARCHES and target != arch:
+    if target and target in PTXAS_ARCHES and not runs_on(target, arch):
         return (
             "target_mismatch",
-            f"the module's .target is {target}, but the task's architecture is {arch}",
+            f"the module's .target is {target}, which a GPU of the task's architecture ({arch}) cannot run",
             _line_of(ptx, _TARGET_RE),
         )
+    return None
+
+
+_ARCH = re.compile(r"sm_(\d+)([af]?)$")
+
+
+def runs_on(target: str, arch: str) -> bool:
+    """Whether a module for `.target target` runs on a GPU of `arch`: the same target, a plain earlier one
+    (sm_80 or sm_90 code on an sm_90a GPU), or an earlier member of the GPU's family (sm_100f on sm_103a).
+    An arch-specific target (sm_90a) runs on that architecture alone."""
+    if target == arch:
+        return True
+    t, a = _ARCH.match(target), _ARCH.match(arch)
+    if t is None or a is None or t.group(2) == "a":
+        return False
+    tn, an = int(t.group(1)), int(a.group(1))
+    if t.group(2) == "f":
+        return tn // 10 == an // 10 and tn <= an
+    return tn <= an
+
+
+def generic_target(ptx: str, arch: str) -> str | None:
+    """The module's .target when it is an earlier architecture than the task's that the task's GPU runs:
+    the kernel falls back to generic code (it is assembled for `arch` and judged all the same)."""
+    _, target = ptx_header(ptx)
+    return target if target and target != arch and target in PTXAS_ARCHES and runs_on(target, arch) else None
+
+
+# Module-scope data a module declares: `.global`/`.const` variables with their array extents.
+# ptxas builds initialised data in memory and writes it into the cubin, and a load reserves all of
+# it on the device: a 3-line module can ask for gigabytes. Linear: no nested quantifiers.
+MAX_MODULE_DATA_BYTES = 1 << 30
+_DATA_DECL = re.compile(
+    r"^[ \t]*(?:\.(?:visible|extern|weak|common)[ \t]+)*\.(global|const)[ \t]+(?:\.align[ \t]+\d+[ \t]+)?"
+    r"(?:\.(v2|v4|v8)[ \t]+)?\.([a-z]\d+(?:x2)?)[ \t]+[A-Za-z_$%][\w$]*((?:[ \t]*\[[ \t]*\d*[ \t]*\])*)", re.M)
+_EXTENT = re.compile(r"\[\s*(\d*)\s*\]")
+_TYPE_BYTES = {"8": 1, "16": 2, "32": 4, "64": 8, "128": 16}
+
+
+def module_data_problem(ptx: str) -> tuple[str, str, int | None] | None:
+    """`resource_limit` when the module's declared `.global`/`.const` data adds up to more than
+    MAX_MODULE_DATA_BYTES (checked before ptxas spends memory and time building it)."""
+    total = 0
+    clean = strip_comments(ptx)
+    for m in _DATA_DECL.finditer(clean):
+        kind, vec, ty, extents = m.groups()
+        pair = ty.endswith("x2")
+        bits = re.sub(r"^[a-z]+", "", ty.removesuffix("x2"))
+        size = _TYPE_BYTES.get(bits, 1) * (2 if pair else 1) * {None: 1, "v2": 2, "v4": 4, "v8": 8}[vec]
+        for e in _EXTENT.findall(extents):
+            size *= int(e) if e else 1
+        total += size
+        if total > MAX_MODULE_DATA_BYTES:
+            line = clean.count("\n", 0, m.start()) + 1
+            return ("resource_limit",
+                    f"the module declares more than {MAX_MODULE_DATA_BYTES >> 30} GiB of .global/.const data "
+                    f"({total} bytes by this line); the judge does not assemble or load modules that large "
+                    "(scratch memory comes from the launch manifest, docs/candidate.md)", line)
     return None
 
 
@@ -228,7 +295,7 @@ def _line_of(text: str, pattern: re.Pattern[str]) -> int | None:
 def _source_line(text: str, line: int | None) -> str:
     if not line:
         return ""
-    lines = text.splitlines()
+    lines = text.split("\n")      # as ptxas and nvcc count lines: \r, \f and U+2028 do not end one
     if 1 <= line <= len(lines):
         return lines[line - 1].strip()[:EVIDENCE_SOURCE_CHARS]
     return ""
@@ -241,11 +308,14 @@ def assemble(
     *,
     cache: Cache | None = None,
     timeout: float = DEFAULT_TIMEOUT_S,
+    deadline: Deadline | None = None,
     nvcc_flags: tuple[str, ...] = NVCC_DEFAULT_FLAGS,
 ) -> AssembleResult:
     """Assemble one candidate for `arch` (for example "sm_90a"); cached by content hash when `cache` is given.
 
-    `nvcc_flags` are the options nvcc gets for a CUDA candidate (engine.cuda_build.nvcc_flags)."""
+    nvcc and ptxas share one deadline: `deadline` when the caller holds one for the whole candidate,
+    else `timeout` seconds from now. Each runs confined (engine.sandbox). `nvcc_flags` are the
+    options nvcc gets for a CUDA candidate (engine.cuda_build.nvcc_flags)."""
     if language not in LANGUAGES:
         raise ValueError(f"language must be one of {LANGUAGES}, not {language!r}")
     if arch not in PTXAS_ARCHES:
@@ -261,7 +331,8 @@ def assemble(
         versions["nvcc"] = tool_version("nvcc")
     nvcc_flags = tuple(nvcc_flags) if language == "cuda" else ()
     key = content_key(text, language=language, arch=arch, versions=versions, flags=PTXAS_FLAGS, stage="assemble",
-                      nvcc_flags=list(nvcc_flags), engine=_FINGERPRINT)
+                      nvcc_flags=list(nvcc_flags), engine=_FINGERPRINT, limits=DEFAULT_LIMITS.to_dict(),
+                      sandbox=describe())
     if cache is not None:
         hit = cache.get(key, blobs=("cubin",))
         if hit is not None and (hit[0].get("cubin_bytes") is None or "cubin" in hit[1]):
@@ -271,17 +342,25 @@ def assemble(
             result.seconds = {"total": time.perf_counter() - started}
             return result
 
-    with tempfile.TemporaryDirectory(prefix="ptxbench-asm-") as tmp:
-        result = _assemble_uncached(text, language, arch, Path(tmp), timeout, versions, nvcc_flags)
+    with job_dir("ptxbench-asm-") as tmp:
+        result = _assemble_uncached(text, language, arch, Path(tmp), deadline or Deadline(timeout), versions,
+                                    nvcc_flags)
     _trim(result)
     result.seconds["total"] = time.perf_counter() - started
-    if cache is not None and not result.timed_out:
+    if cache is not None and not result.transient:
         blobs = {"cubin": result.cubin} if result.cubin is not None else {}
         cache.put(key, result.to_dict(), blobs)
     return result
 
 
 def _trim(result: AssembleResult) -> None:
+    """Bound what a verdict keeps of the tools' output, whatever the candidate made them print."""
+    if len(result.evidence) > MAX_TEXT_CHARS:
+        result.evidence = result.evidence[:MAX_TEXT_CHARS] + " […]"
+    for msgs in (result.errors, result.warnings):
+        for i, m in enumerate(msgs):
+            if len(m.text) > MAX_TEXT_CHARS or (m.file is not None and len(m.file) > MAX_TEXT_CHARS):
+                msgs[i] = dataclasses.replace(m, text=m.text[:MAX_TEXT_CHARS], file=(m.file or "")[:MAX_TEXT_CHARS] or None)
     if len(result.log) > MAX_LOG_CHARS:
         half = MAX_LOG_CHARS // 2
         cut = len(result.log) - 2 * half
@@ -294,12 +373,12 @@ def _trim(result: AssembleResult) -> None:
                 Message(tool="ptxbench", severity="info", text=f"{left} more {name} left out")])
 
 
-def _assemble_uncached(text: str, language: str, arch: str, tmp: Path, timeout: float,
+def _assemble_uncached(text: str, language: str, arch: str, tmp: Path, deadline: Deadline,
                        versions: dict[str, str], nvcc_flags: tuple[str, ...]) -> AssembleResult:
     result = AssembleResult(OK, language, arch, tool_versions=dict(versions))
     log: list[str] = []
     if language == "cuda":
-        ptx = _nvcc_to_ptx(text, arch, tmp, timeout, result, log, nvcc_flags)
+        ptx = _nvcc_to_ptx(text, arch, tmp, deadline, result, log, nvcc_flags)
         if ptx is None:
             result.log = "\n".join(log)
             return result
@@ -307,8 +386,13 @@ def _assemble_uncached(text: str, language: str, arch: str, tmp: Path, timeout: 
         ptx = text
     result.ptx = ptx
     result.notes = driver_notes(ptx, arch)
+    result.generic_target = generic_target(ptx, arch)
+    if result.generic_target:
+        result.notes.append(f"generic fallback: the module targets {result.generic_target}, an earlier architecture "
+                            f"than the task's {arch} that its GPU runs; it is assembled for {arch} and judged, and "
+                            f"the {arch}-only instructions it could not use count as not used")
 
-    problem = _header_problem(ptx, arch, versions["ptxas"])
+    problem = _header_problem(ptx, arch, versions["ptxas"]) or module_data_problem(ptx)
     if problem:
         result.category, result.evidence, result.evidence_line = problem
         result.evidence_source = _source_line(ptx, result.evidence_line)
@@ -319,7 +403,8 @@ def _assemble_uncached(text: str, language: str, arch: str, tmp: Path, timeout: 
     ptx_path.write_text(ptx, encoding="utf-8")
     argv = [str(find_tool("ptxas")), f"-arch={arch}", *PTXAS_FLAGS, ptx_path.name, "-o", cubin_path.name]
     result.commands["ptxas"] = ["ptxas", *argv[1:]]
-    run = run_tool(argv, timeout=timeout, cwd=tmp, env=tool_env())
+    run = run_tool(argv, timeout=deadline.left(), cwd=tmp)
+    result.sandbox = run.sandbox
     result.seconds["ptxas"] = run.seconds
     log.append(run.output)
     result.log = "\n".join(x for x in log if x)
@@ -335,10 +420,7 @@ def _assemble_uncached(text: str, language: str, arch: str, tmp: Path, timeout: 
                      f"{entry.spill_load_bytes} bytes spill loads",
             ))
 
-    if run.timed_out:
-        result.timed_out = True
-        result.category = "assemble_other"
-        result.evidence = f"ptxas did not finish within {timeout:g} s"
+    if _tool_ended_badly(run, "ptxas", deadline, result):
         return result
     category, first = verdict(messages)
     if category is not None and first is not None:
@@ -361,11 +443,48 @@ def _assemble_uncached(text: str, language: str, arch: str, tmp: Path, timeout: 
     return result
 
 
-def _nvcc_to_ptx(text: str, arch: str, tmp: Path, timeout: float, result: AssembleResult,
+def _tool_ended_badly(run: ToolRun, tool: str, deadline: Deadline, result: AssembleResult) -> bool:
+    """Fill `result` when a tool hit the deadline or a cap, or was killed from outside; True then.
+
+    A cap the candidate drove the tool into is its verdict (`resource_limit`); a deadline or a
+    CPU-seconds cap depends on the machine's speed and load, so that verdict is never cached; a
+    SIGKILL the judge did not send (the kernel's out-of-memory killer) is not the candidate's doing
+    and raises ToolchainError."""
+    if run.timed_out:
+        result.timed_out = result.transient = True
+        result.category = "assemble_other"
+        result.evidence = f"{tool} did not finish within the candidate's {deadline.seconds:g} s"
+        return True
+    if run.cap_hit:
+        result.category = "resource_limit"
+        result.transient = run.cap_hit == "cpu_seconds"
+        result.evidence = f"{tool} ran into the judge's cap on {_CAPS[run.cap_hit]} for one tool process " \
+                          f"({_cap_value(run.cap_hit)}; docs/security.md)"
+        return True
+    if run.returncode is not None and run.returncode < 0:
+        if run.returncode == -signal.SIGKILL:
+            raise ToolchainError(tool, "was killed from outside the judge (SIGKILL: the system's out-of-memory "
+                                       "killer?); the candidate was not judged", "")
+        result.transient = True
+    return False
+
+
+_CAPS = {"address_space": "memory (address space)", "cpu_seconds": "CPU time", "file_size": "the size of a file "
+         "it writes (the PTX or the cubin)", "output": "output"}
+
+
+def _cap_value(cap: str) -> str:
+    value = getattr(DEFAULT_LIMITS, cap, None)
+    if cap in ("address_space", "file_size") and value is not None:
+        return f"{value / (1 << 20):g} MiB"
+    return f"{value} s" if cap == "cpu_seconds" else str(value)
+
+
+def _nvcc_to_ptx(text: str, arch: str, tmp: Path, deadline: Deadline, result: AssembleResult,
                  log: list[str], flags: tuple[str, ...]) -> str | None:
-    problem = include_problem(text)
+    problem = directive_problem(text)
     if problem is not None:
-        result.category = "cuda_compile_error"
+        result.category = "forbidden_directive"
         result.evidence, result.evidence_line = problem
         result.evidence_source = _source_line(text, result.evidence_line)
         return None
@@ -375,15 +494,13 @@ def _nvcc_to_ptx(text: str, arch: str, tmp: Path, timeout: float, result: Assemb
     nvcc = find_tool("nvcc")
     argv = [str(nvcc), f"-gencode=arch={compute_arch(arch)},code={arch}", "-ptx", *flags, src.name, "-o", out.name]
     result.commands["nvcc"] = ["nvcc", *argv[1:]]
-    run = run_tool(argv, timeout=timeout, cwd=tmp, env=tool_env([nvcc.parent]))
+    run = run_tool(argv, timeout=deadline.left(), cwd=tmp)
+    result.sandbox = run.sandbox
     result.seconds["nvcc"] = run.seconds
     log.append(run.output)
     messages = parse_nvcc(run.output)
     result.warnings += [m for m in messages if m.severity in ("warning", "advisory")]
-    if run.timed_out:
-        result.timed_out = True
-        result.category = "assemble_other"
-        result.evidence = f"nvcc did not finish within {timeout:g} s"
+    if _tool_ended_badly(run, "nvcc", deadline, result):
         return None
     errors = [m for m in messages if m.is_error]
     if run.returncode != 0 or not out.is_file():

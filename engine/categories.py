@@ -20,6 +20,7 @@ class Category(StrEnum):
     AMBIGUOUS_CANDIDATE = "ambiguous_candidate"
     BAD_MANIFEST = "bad_manifest"
     # assemble
+    FORBIDDEN_DIRECTIVE = "forbidden_directive"
     BAD_HEADER = "bad_header"
     PTX_VERSION = "ptx_version"
     TARGET_MISMATCH = "target_mismatch"
@@ -72,6 +73,7 @@ TOOL_ERROR = Category.TOOL_ERROR
 BY_STAGE: dict[str, tuple[Category, ...]] = {
     "extract": (C.NO_CANDIDATE, C.AMBIGUOUS_CANDIDATE, C.BAD_MANIFEST),
     "assemble": (
+        C.FORBIDDEN_DIRECTIVE,
         C.BAD_HEADER,
         C.PTX_VERSION,
         C.TARGET_MISMATCH,
@@ -107,6 +109,8 @@ DESCRIPTIONS: dict[str, str] = {
     "no_candidate": "the response holds no kernel code",
     "ambiguous_candidate": "several code blocks and no way to tell which is the kernel",
     "bad_manifest": "the launch manifest does not parse or names things that do not exist",
+    "forbidden_directive": "CUDA source asks the compiler for a file beyond CUDA's and the standard library's "
+                           "headers (#include or __has_include of a path, #line with a file, #pragma GCC dependency)",
     "bad_header": "missing or malformed .version/.target/.address_size, or an unknown target",
     "ptx_version": "the PTX ISA .version is too old for a feature or newer than the assembler knows",
     "target_mismatch": ".target does not match the task's architecture",

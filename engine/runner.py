@@ -26,6 +26,7 @@ from typing import Any
 
 from ptxbench.engine.gpu.classify import category_of_exit
 from ptxbench.engine.gpu.protocol import DeviceInfo, Fatal, Job, JobResult, SizeResult, dumps
+from ptxbench.engine.sandbox import worker_environment
 
 EventHandler = Callable[[dict[str, Any]], None]
 
@@ -107,7 +108,7 @@ class _Worker:
     """One live worker process, a line reader over its protocol pipe, and a bounded tail of its output."""
 
     def __init__(self, config: RunnerConfig) -> None:
-        env = {**os.environ, **config.env, "PYTHONUNBUFFERED": "1"}
+        env = worker_environment(config.env)     # an allow-list: no key or credential reaches it
         self.proc = subprocess.Popen(
             config.worker_command(),
             stdin=subprocess.PIPE,

@@ -16,12 +16,12 @@ from __future__ import annotations
 import functools
 import re
 import struct
-import tempfile
 from collections import Counter
 from pathlib import Path
 
 from ptxbench.engine.cache import Cache, content_key
-from ptxbench.engine.toolchain import ToolchainError, find_tool, run_tool, tool_env, tool_version
+from ptxbench.engine.sandbox import job_dir
+from ptxbench.engine.toolchain import ToolchainError, find_tool, run_tool, tool_version
 
 DISASSEMBLE_TIMEOUT_S = 120.0
 
@@ -111,11 +111,10 @@ def _run_batch(arch: str, items: list[tuple[int, list[tuple[str, bytes]]]], time
             blob += data
     listing: list[tuple[int, str, str, str]] = []
     if blob:
-        with tempfile.TemporaryDirectory(prefix="ptxbench-sass-") as tmp:
+        with job_dir("ptxbench-sass-") as tmp:
             path = Path(tmp) / "code.bin"
             path.write_bytes(bytes(blob))
-            run = run_tool([str(find_tool("nvdisasm")), "-b", arch, path.name], timeout=timeout, cwd=tmp,
-                           env=tool_env())
+            run = run_tool([str(find_tool("nvdisasm")), "-b", arch, path.name], timeout=timeout, cwd=tmp)
         if run.timed_out:
             raise ToolchainError("nvdisasm", f"did not finish within {timeout:g} s", "")
         if run.returncode != 0 or "error" in run.stderr:

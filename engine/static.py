@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ptxbench.engine.assemble import PTXAS_ARCHES, AssembleResult, assemble, ptx_header
+from ptxbench.engine.assemble import DEFAULT_TIMEOUT_S, PTXAS_ARCHES, AssembleResult, assemble, ptx_header
 from ptxbench.engine.cache import Cache
 from ptxbench.engine.candidate import Candidate
 from ptxbench.engine.categories import OK, worst
@@ -23,6 +23,7 @@ from ptxbench.engine.extract import ExtractResult, load_candidate_file
 from ptxbench.engine.inspect import EntryFamilies, FamilyRow, inspect
 from ptxbench.engine.launch_check import check_launches
 from ptxbench.engine.ptx_params import parse_entry_params
+from ptxbench.engine.sandbox import Deadline, confinement
 from ptxbench.engine.static_cache import verdict_key
 from ptxbench.engine.toolchain import tool_versions
 
@@ -44,6 +45,7 @@ class StaticVerdict:
     ptx: str = ""
     cubin: bytes | None = None
     sass: str = ""
+    generic_target: str | None = None  # the module's earlier .target, when it falls back to generic code
     ptx_families: list[str] = field(default_factory=list)
     sass_families: list[str] = field(default_factory=list)
     families: list[FamilyRow] = field(default_factory=list)
@@ -63,6 +65,8 @@ class StaticVerdict:
     tool_versions: dict[str, str] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     cached: bool = False
+    # The confinement the tools ran under (engine.sandbox.confinement): which guarantees held.
+    sandbox: dict[str, Any] = field(default_factory=dict)
     candidate: Candidate | None = None
     # The marked copy the GPU worker runs once per size to see the requested families run (engine/coverage.py):
     # families, tokens and sites, or why there is none; its cubin apart.
@@ -87,6 +91,7 @@ class StaticVerdict:
             "language": self.language,
             "origin": self.origin,
             "require": list(self.require),
+            "generic_target": self.generic_target,
             "ptx_families": list(self.ptx_families),
             "sass_families": list(self.sass_families),
             "families": [r.to_dict() for r in self.families],
@@ -109,6 +114,7 @@ class StaticVerdict:
             "tool_versions": dict(self.tool_versions),
             "seconds": {k: round(v, 4) for k, v in self.seconds.items()},
             "cached": self.cached,
+            "sandbox": dict(self.sandbox),
         }
         if with_text:
             d["ptx"] = self.ptx
@@ -135,6 +141,8 @@ class StaticVerdict:
                      "required_missing", "launched", "launch_problems", "resources", "warnings", "notes",
                      "commands", "evidence", "evidence_line", "evidence_source", "assembler_log", "tool_versions"):
             setattr(self, name, report[name])
+        self.sandbox = dict(report.get("sandbox") or {})
+        self.generic_target = report.get("generic_target")
         self.families = [FamilyRow(**r) for r in report["families"]]
         self.entries = [EntryFamilies(**e) for e in report["entries"]]
         self.ptx = blobs.get("ptx", b"").decode("utf-8", "surrogatepass")
@@ -176,11 +184,13 @@ def judge_static(
     manifest_path: str | Path | None = None,
     cache: Cache | None = None,
     use_cache: bool = True,
+    timeout: float = DEFAULT_TIMEOUT_S,
 ) -> StaticVerdict:
     """Judge one candidate without a GPU.
 
     `candidate_or_file` is a Candidate, an ExtractResult, or the path of a
-    candidate file (.ptx, .cu, or a model response). Without a task, the arch
+    candidate file (.ptx, .cu, or a model response). Every tool the candidate's text reaches runs
+    confined (engine.sandbox), all of them within one deadline of `timeout` seconds. Without a task, the arch
     defaults to the PTX's .target (else sm_90a) and nothing is required; an
     explicit `arch` or `require` overrides the task's. Never raises for a bad
     candidate; raises ToolchainError when a tool is missing, OSError when the
@@ -203,9 +213,9 @@ def judge_static(
             verdict.cached = True
             verdict.seconds = {**seconds, "total": time.perf_counter() - started}
             return verdict
-    timed_out = _judge_candidate(verdict, candidate, spec, wanted, store, seconds)
+    transient = _judge_candidate(verdict, candidate, spec, wanted, store, seconds, Deadline(timeout))
     verdict.seconds = {**seconds, "total": time.perf_counter() - started}
-    if store is not None and key is not None and not timed_out:
+    if store is not None and key is not None and not transient:
         store.put(key, *verdict.for_cache())
     return verdict
 
@@ -247,12 +257,14 @@ def _front(candidate_or_file: Candidate | ExtractResult | str | Path, task: Task
 
 
 def _judge_candidate(verdict: StaticVerdict, candidate: Candidate, spec: TaskSpec | None, wanted: list[str],
-                     store: Cache | None, seconds: dict[str, float]) -> bool:
-    """Assemble and inspect into `verdict`; True when a tool hit its deadline (not to be cached)."""
+                     store: Cache | None, seconds: dict[str, float], deadline: Deadline) -> bool:
+    """Assemble and inspect into `verdict`; True when the verdict depends on the machine (a tool hit
+    the deadline or a CPU cap, or crashed): not to be cached."""
     the_arch = verdict.arch
     build = candidate.manifest.build if candidate.manifest is not None else None
+    verdict.sandbox = confinement()
     asm: AssembleResult = assemble(candidate.code, candidate.language, the_arch, cache=store,
-                                   nvcc_flags=nvcc_flags(build))
+                                   deadline=deadline, nvcc_flags=nvcc_flags(build))
     seconds["assemble"] = asm.seconds.get("total", 0.0)
     for tool in ("nvcc", "ptxas"):
         if tool in asm.seconds:
@@ -260,6 +272,7 @@ def _judge_candidate(verdict: StaticVerdict, candidate: Candidate, spec: TaskSpe
     verdict.stage = "assemble"
     verdict.ptx = asm.ptx
     verdict.cubin = asm.cubin
+    verdict.generic_target = asm.generic_target
     verdict.resources = {k: v.to_dict() for k, v in asm.resources.items()}
     verdict.warnings = [m.to_dict() for m in asm.warnings]
     verdict.assembler_log = asm.log
@@ -279,13 +292,13 @@ def _judge_candidate(verdict: StaticVerdict, candidate: Candidate, spec: TaskSpe
             # The families a failed module reaches for are still worth showing.
             census = inspect(asm.ptx, None, [], cache=store)
             verdict.ptx_families = census.ptx_families
-        return asm.timed_out
+        return asm.transient
 
     t = time.perf_counter()
     launch = check_launches(candidate, spec, asm.ptx, arch=the_arch, resources=verdict.resources) \
         if spec is not None else None
     launched = _launched(candidate, launch)
-    result = inspect(asm.ptx, asm.cubin, wanted, cache=store, launched=launched)
+    result = inspect(asm.ptx, asm.cubin, wanted, cache=store, launched=launched, timeout=max(deadline.left(), 1.0))
     seconds["inspect"] = time.perf_counter() - t
     verdict.stage = "inspect"
     verdict.sass = result.sass
@@ -301,26 +314,28 @@ def _judge_candidate(verdict: StaticVerdict, candidate: Candidate, spec: TaskSpe
     verdict.tool_versions.update(tool_versions(("nvdisasm",)))
     if verdict.category == OK and wanted:
         t = time.perf_counter()
-        _coverage_copy(verdict, asm.ptx)
+        if _coverage_copy(verdict, asm.ptx, deadline):
+            return True
         seconds["coverage"] = time.perf_counter() - t
     return False
 
 
-def _coverage_copy(verdict: StaticVerdict, ptx: str) -> None:
+def _coverage_copy(verdict: StaticVerdict, ptx: str, deadline: Deadline) -> bool:
     """The marked copy of a candidate that passed (engine/coverage.py). Not cached by content: its tokens are
     new each build, so it is kept with the verdict instead."""
     marked = instrument(ptx, verdict.require)
     if marked is None:
         verdict.coverage = {"error": "a requested family has no instruction in a function body to mark, or the "
                                      "module no header to declare the marks after"}
-        return
-    asm = assemble(marked.ptx, "ptx", verdict.arch)
+        return False
+    asm = assemble(marked.ptx, "ptx", verdict.arch, deadline=deadline)
     if not asm.ok:
         verdict.coverage = {"error": f"the marked copy did not assemble: {asm.evidence[:400]}"}
-        return
+        return asm.transient
     verdict.coverage = {"families": marked.families, "tokens": marked.tokens, "sites": marked.sites,
                         "symbol": marked.symbol}
     verdict.coverage_cubin = asm.cubin
+    return False
 
 
 def _launched(candidate: Candidate, launch: Any) -> list[str] | None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ptxbench.engine.cache import content_key, source_fingerprint
+from ptxbench.engine.sandbox import DEFAULT_LIMITS, describe
 from ptxbench.engine.toolchain import tool_version
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ _TASKS = _ENGINE.parent / "tasks"
 _FINGERPRINT = source_fingerprint(
     *(_ENGINE / f"{m}.py" for m in ("static", "static_cache", "assemble", "ptxas_messages", "cuda_build", "inspect",
                                      "families", "ptx_calls", "sass", "launch_check", "manifest", "ptx_params", "candidate",
-                                     "toolchain", "coverage")),
+                                     "toolchain", "coverage", "sandbox")),
     _TASKS / "expr.py", _TASKS / "spec.py",
 )
 
@@ -37,5 +38,5 @@ def verdict_key(candidate: Candidate, arch: str, require: list[str], task: TaskS
         candidate.language, candidate.code, candidate.manifest_json() or "",
         stage="static", arch=arch, require=list(require), engine=_FINGERPRINT,
         task=json.dumps(task.to_dict(), sort_keys=True, default=str) if task is not None else None,
-        versions={t: tool_version(t) for t in tools},
+        versions={t: tool_version(t) for t in tools}, sandbox=describe(), limits=DEFAULT_LIMITS.to_dict(),
     )

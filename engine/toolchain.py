@@ -12,11 +12,10 @@ import importlib.util
 import os
 import re
 import shutil
-import signal
 import subprocess
-import time
-from dataclasses import dataclass
 from pathlib import Path
+
+from ptxbench.engine import sandbox
 
 TOOLS: tuple[str, ...] = ("ptxas", "nvcc", "cuobjdump", "nvdisasm")
 
@@ -97,20 +96,42 @@ def host_compiler() -> str:
     raise ToolchainError("nvcc", "needs a host C++ compiler (g++) on PATH", "apt-get install g++")
 
 
-def tool_env(extra_dirs: list[Path] | None = None) -> dict[str, str]:
-    """Environment for a tool subprocess: cuobjdump -sass runs nvdisasm, which it finds via NVDISASM_PATH."""
-    env = dict(os.environ)
-    dirs: list[str] = [str(d) for d in (extra_dirs or [])]
-    try:
-        nvdisasm_dir = str(find_tool("nvdisasm").parent)
-        env["NVDISASM_PATH"] = nvdisasm_dir
-        dirs.append(nvdisasm_dir)
-    except ToolchainError:
-        pass
-    env["PATH"] = os.pathsep.join(dirs + [env.get("PATH", "")])
-    # Messages are parsed: keep them in one language.
-    env["LC_ALL"] = "C"
-    return env
+def tool_dirs() -> list[Path]:
+    """The folders of the installed tools and of the host compiler: a tool process's PATH."""
+    return list(_setup(_overrides())[0])
+
+
+def tool_env(job_dir: str | Path) -> dict[str, str]:
+    """The whole environment of a tool process working in `job_dir` (engine.sandbox): the tools'
+    folders on PATH (cuobjdump -sass finds nvdisasm there, or through NVDISASM_PATH), HOME and
+    TMPDIR in the job's folder, the C locale (messages are parsed). Nothing of the judge's own."""
+    dirs, _, extra = _setup(_overrides())
+    return sandbox.tool_environment(Path(job_dir), dirs, dict(extra))
+
+
+def _overrides() -> tuple[str | None, ...]:
+    return tuple(os.environ.get(v) for v in ENV_OVERRIDE.values()) + (os.environ.get("PATH"),)
+
+
+@functools.lru_cache(maxsize=8)
+def _setup(overrides: tuple[str | None, ...]) -> tuple[tuple[Path, ...], tuple[Path, ...], tuple[tuple[str, str], ...]]:
+    """(PATH folders, folders the tools may read, extra environment), worked out once per set of
+    overrides: a tool process starts in milliseconds, and this would cost a few of them each time."""
+    tools: list[Path] = []
+    for t in TOOLS:
+        try:
+            tools.append(find_tool(t))
+        except ToolchainError:
+            continue
+    dirs = [t.parent for t in tools]
+    for name in ("g++", "c++", "clang++"):
+        found = shutil.which(name)
+        if found:
+            dirs.append(Path(found).parent)
+            break
+    extra = tuple((("NVDISASM_PATH", str(t.parent)),) for t in tools if t.name == "nvdisasm")
+    return (tuple(dict.fromkeys(dirs)), tuple(sandbox.toolchain_roots(tools) + sandbox.host_compiler_dirs()),
+            extra[0] if extra else ())
 
 
 _VERSION_RE = re.compile(r"release (\d+\.\d+), V(\d+\.\d+\.\d+)")
@@ -119,7 +140,8 @@ _VERSION_RE = re.compile(r"release (\d+\.\d+), V(\d+\.\d+\.\d+)")
 @functools.lru_cache(maxsize=None)
 def _version_of(path: str, mtime_ns: int) -> str:
     try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30,
+                             env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"})
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ToolchainError(Path(path).name, f"`{path} --version` failed: {exc}") from exc
     m = _VERSION_RE.search(out.stdout + out.stderr)
@@ -150,51 +172,16 @@ def check_toolchain() -> dict[str, str | None]:
     return found
 
 
-@dataclass
-class ToolRun:
-    argv: list[str]
-    returncode: int | None  # None when killed at the deadline
-    stdout: str
-    stderr: str
-    seconds: float
-    timed_out: bool
-
-    @property
-    def output(self) -> str:
-        return (self.stdout + ("\n" if self.stdout and self.stderr else "") + self.stderr).strip()
+ToolRun = sandbox.Confined
 
 
-def run_tool(argv: list[str], *, timeout: float, cwd: str | Path | None = None, env: dict[str, str] | None = None) -> ToolRun:
-    """Run one tool with a deadline. The tool gets its own process group so
-    that nvcc's children (cicc, the host compiler) die with it at the deadline."""
-    started = time.perf_counter()
+def run_tool(argv: list[str], *, timeout: float, cwd: str | Path, limits: sandbox.Limits | None = None) -> ToolRun:
+    """Run one tool over a job's folder `cwd` (made by engine.sandbox.job_dir), confined
+    (engine.sandbox: environment, limits, filesystem), with a deadline; the tool's process group
+    dies with it. Raises ToolchainError when the tool cannot be started at all."""
+    _, readable, _ = _setup(_overrides())
+    policy = sandbox.Policy(Path(cwd), list(readable), limits or sandbox.DEFAULT_LIMITS)
     try:
-        proc = subprocess.Popen(
-            argv,
-            cwd=cwd,
-            env=env if env is not None else tool_env(),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
+        return sandbox.run_confined(argv, policy=policy, timeout=timeout, env=tool_env(cwd))
     except OSError as exc:
         raise ToolchainError(Path(argv[0]).name, f"cannot run {argv[0]}: {exc}") from exc
-    try:
-        out, err = proc.communicate(timeout=timeout)
-        timed_out = False
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        out, err = proc.communicate()
-        timed_out = True
-    return ToolRun(
-        argv=list(argv),
-        returncode=None if timed_out else proc.returncode,
-        stdout=out.decode("utf-8", "replace"),
-        stderr=err.decode("utf-8", "replace"),
-        seconds=time.perf_counter() - started,
-        timed_out=timed_out,
-    )

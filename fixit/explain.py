@@ -15,6 +15,7 @@ import re
 from typing import Any
 
 from ptxbench.engine.categories import CORRECT, DESCRIPTIONS, STAGE_OF
+from ptxbench.engine.text_scan import remove_think
 from ptxbench.fixit.judgement import evidence_of, fmt_sizes, judgement_text
 from ptxbench.fixit.normalize import strip_noise
 from ptxbench.fixit.records import GPU_VERIFIED, Pair
@@ -28,9 +29,10 @@ WHY: dict[str, str] = {
     "no_candidate": "A reply is judged only when it holds the whole kernel in one fenced ```ptx or ```cuda block.",
     "ambiguous_candidate": "Exactly one kernel block (and at most one manifest block) lets the harness tell what to judge.",
     "bad_manifest": "The launch manifest must be valid JSON whose launches, tensor maps and arguments name things the task and the kernel define.",
+    "forbidden_directive": "CUDA source may include only CUDA's and the standard library's headers, by name, and must not name files in `#line`, line markers or `#pragma GCC dependency`.",
     "bad_header": "A PTX module starts with `.version`, `.target` and `.address_size 64`, each once and well formed.",
     "ptx_version": "The `.version` must be new enough for every instruction used and no newer than ptxas 13.5 reads (9.5).",
-    "target_mismatch": "The module's `.target` must name the task's architecture, with its `a` suffix for the architecture-specific instructions.",
+    "target_mismatch": "The module's `.target` must be one the task's GPU runs: its architecture, with the `a` suffix for the architecture-specific instructions.",
     "arch_unsupported": "Every instruction must exist on the target; architecture-specific ones need the `a` target (sm_90a, sm_100a).",
     "cuda_compile_error": "The CUDA C++ must compile with nvcc on its own: only CUDA's headers, `extern \"C\" __global__` kernels.",
     "syntax": "Every PTX statement needs its exact syntax: operands, braces and the closing semicolon.",
@@ -230,15 +232,26 @@ def explain_messages(pair: Pair, task_title: str = "", judgement: str | None = N
     return [{"role": "system", "content": EXPLAIN_SYSTEM}, {"role": "user", "content": user}]
 
 
-_THINK = re.compile(r"<think>.*?</think>\s*", re.S | re.I)
-_FENCE = re.compile(r"```[^\n]*\n.*?(```|$)", re.S)
+def _without_fences(text: str) -> str:
+    """The text without its ``` blocks (an unclosed one runs to the end), in one pass over it."""
+    out: list[str] = []
+    pos = 0
+    while (start := text.find("```", pos)) != -1:
+        out.append(text[pos:start])
+        line_end = text.find("\n", start)
+        close = text.find("```", line_end + 1) if line_end != -1 else -1
+        if close == -1:
+            return "".join(out)
+        pos = close + 3
+    out.append(text[pos:])
+    return "".join(out)
 
 
 def clean_model_explanation(text: str | None, max_chars: int = 4000) -> str | None:
     """A model's reply as an explanation: reasoning and code blocks removed; None when nothing is left."""
     if not text:
         return None
-    body = _FENCE.sub("", _THINK.sub("", text)).strip()
+    body = _without_fences(remove_think(text, space_after=True).text).strip()
     if len(body) < 20:
         return None
     return body[:max_chars].rstrip()

@@ -275,7 +275,7 @@ def test_damaged_cache_entry_is_a_miss(tmp_path):
         report.write_text("{ not json")
     result = assemble(ptx, "ptx", "sm_90a", cache=store)
     assert result.ok and not result.cached
-    for cubin in store.dir.glob("??/*.cubin"):
+    for cubin in store.dir.glob("??/*.blob"):
         cubin.unlink()
     result = assemble(ptx, "ptx", "sm_90a", cache=store)
     assert result.ok and not result.cached and result.cubin

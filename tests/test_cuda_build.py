@@ -95,3 +95,64 @@ def test_a_ptx_candidate_notes_that_build_options_are_not_used(cache):
     assert v.category == "ok"
     assert any("apply to CUDA candidates" in n for n in v.notes)
     assert "nvcc" not in v.commands
+
+
+# -- directives that name files (engine.cuda_build.directive_problem) -----------------------------------
+
+ACCEPTED = [
+    "#include <cuda_bf16.h>\n#include \"cuda/barrier\"\n#include <cstdint>\n#include <cuda/ptx>\n",
+    "#if __has_include(<cuda_fp8.h>)\n#include <cuda_fp8.h>\n#endif\n",
+    "#pragma unroll\n#pragma nv_diag_suppress 177\n_Pragma(\"unroll 4\")\n",
+    "#line 40\n#line 41 // the next line is 41\n",
+    "#define CAT(a, b) a##b\n#define STR(x) #x\nconst char* s = STR(CAT(x, y));\n",
+]
+
+REFUSED = [
+    ("#line 1 \"/etc/passwd\"\n", 1, "#line with a file name"),
+    ("int a;\n# 7 \"/etc/passwd\" 2\n", 2, "line marker"),
+    ("#line N_FROM_A_MACRO\n", 1, "#line with a file name"),
+    ("int a;\n\n  %:  /* c */ line 3 \"x\"\n", 3, "#line with a file name"),
+    ("#pragma GCC dependency \"/etc/passwd\"\n", 1, "GCC dependency"),
+    ("_Pragma(\"GCC dependency \\\"/etc/passwd\\\"\")\n", 1, "GCC dependency"),
+    ("#define S(x) #x\n_Pragma(S(GCC dependency \"/etc/passwd\"))\n", 2, "must be a string literal"),
+    ("#if __has_include(\"/root/.ssh/id_rsa\")\n#endif\n", 1, "outside the compiler's header folders"),
+    ("#define H __has_include\n#if H(\"/x\")\n#endif\n", 1, "must be followed by"),
+    ("#include <bits/stdc++.h>\n", 1, "not one of CUDA's headers"),
+    ("int a;\n#inc\\\nlude \"../../secret\"\n", 2, "outside the compiler's header folders"),
+]
+
+
+@pytest.mark.parametrize("source", ACCEPTED)
+def test_ordinary_directives_are_accepted(source):
+    from ptxbench.engine.cuda_build import directive_problem
+
+    assert directive_problem(source) is None
+
+
+@pytest.mark.parametrize("source, line, words", REFUSED)
+def test_directives_that_name_files_are_refused_with_their_line(source, line, words):
+    from ptxbench.engine.cuda_build import directive_problem
+
+    problem = directive_problem(source)
+    assert problem is not None and words in problem[0] and problem[1] == line, problem
+
+
+def test_the_directive_check_is_linear_on_hostile_text():
+    """Every `#` is looked at (a comment or a string can hide none), so the scan must stay linear on a
+    text made of nothing else; an unclosed comment after each one is the old quadratic case."""
+    import time
+
+    from ptxbench.engine.cuda_build import directive_problem
+
+    for unit in ("#/*", "# ", "#pragma ", "_Pragma(\"", "\\\n", "#line 1\n", "#include <cstdint>\n"):
+        took = []
+        for n in (1 << 17, 1 << 20):
+            best = min(_timed(directive_problem, unit * (n // len(unit)), time) for _ in range(2))
+            took.append(best)
+        assert took[1] < 2.0 and took[1] / max(took[0], 1e-3) < 20, (unit, took)
+
+
+def _timed(f, text, time):
+    t = time.perf_counter()
+    f(text)
+    return time.perf_counter() - t

@@ -60,7 +60,7 @@ def test_import_stores_links_and_judges(tmp_path: Path, store) -> None:
     path = _good_file(tmp_path)
     report = import_file(store, path)
     assert (report.lines, report.imported, report.skipped, report.judged) == (5, 5, 0, 5)
-    assert report.categories == {"target_mismatch": 1, "ok": 3, "no_candidate": 1}
+    assert report.categories == {"arch_unsupported": 1, "ok": 3, "no_candidate": 1}
     assert get_model(store, "qwen-remote").kind == "import"
     remote = get_run(store, report.runs["qwen-remote / remote-1"])
     assert remote.context_level == "brief" and remote.source == f"import:{path}"

@@ -221,5 +221,5 @@ def test_disassembly_is_cached(built, tmp_path):
     _, cubin, sass = built("triton_gemm_sm90a.ptx")
     store = Cache(tmp_path / "c")
     assert disassemble(cubin, cache=store) == sass
-    assert list(store.dir.glob("??/*.sass"))
+    assert list(store.dir.glob("??/*.blob"))
     assert disassemble(cubin, cache=store) == sass

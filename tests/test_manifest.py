@@ -224,7 +224,7 @@ def nvcc_ptx(tmp_path_factory):
     d = tmp_path_factory.mktemp("nvcc")
     (d / "k.cu").write_text(KERNEL)
     subprocess.run([str(nvcc), "-gencode=arch=compute_90a,code=sm_90a", "-ptx", "k.cu", "-o", "k.ptx"],
-                   cwd=d, env=tool_env(), check=True, capture_output=True, timeout=120)
+                   cwd=d, env=tool_env(d), check=True, capture_output=True, timeout=120)
     return (d / "k.ptx").read_text()
 
 

@@ -14,7 +14,7 @@ from ptxbench.engine import sass as sass_mod
 from ptxbench.engine.assemble import assemble
 from ptxbench.engine.cache import Cache
 from ptxbench.engine.sass import disassemble, disassemble_many, sass_census
-from ptxbench.engine.toolchain import find_tool, run_tool, tool_env
+from ptxbench.engine.toolchain import find_tool, run_tool
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = [(f"tests/data/ptx/{name}", arch) for name, arch in (
@@ -52,7 +52,7 @@ def _instructions(listing: str) -> dict[str, list[tuple[int, str]]]:
 def _cuobjdump(cubin: bytes, tmp_path: Path) -> str:
     path = tmp_path / f"{hashlib.sha256(cubin).hexdigest()[:16]}.cubin"
     path.write_bytes(cubin)
-    run = run_tool([str(find_tool("cuobjdump")), "-sass", path.name], timeout=120, cwd=tmp_path, env=tool_env())
+    run = run_tool([str(find_tool("cuobjdump")), "-sass", path.name], timeout=120, cwd=tmp_path)
     assert run.returncode == 0, run.output
     return run.stdout
 

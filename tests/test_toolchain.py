@@ -86,30 +86,34 @@ def test_missing_tool_says_what_to_install(tool, tmp_path, monkeypatch):
     assert PIP_INSTALL[tool] in message and "pip install" in message
 
 
-def test_tool_env_lets_cuobjdump_find_nvdisasm():
-    env = tool_env()
+def test_tool_env_lets_cuobjdump_find_nvdisasm_and_holds_nothing_of_the_judges(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-planted")
+    monkeypatch.setenv("NVCC_APPEND_FLAGS", "-DPLANTED")
+    env = tool_env(tmp_path)
     nvdisasm_dir = str(find_tool("nvdisasm").parent)
     assert env["NVDISASM_PATH"] == nvdisasm_dir
     assert env["PATH"].split(os.pathsep)[0] == nvdisasm_dir
+    assert env["HOME"] == env["TMPDIR"] == str(tmp_path)
+    assert set(env) == {"PATH", "HOME", "TMPDIR", "LC_ALL", "LANG", "NVDISASM_PATH"}
 
 
 def test_run_tool_kills_the_whole_group_at_the_deadline(tmp_path):
     marker = tmp_path / "child-survived"
     script = f"sleep 3 & wait; touch {marker}"
     started = time.perf_counter()
-    run = run_tool(["sh", "-c", script], timeout=0.3)
+    run = run_tool(["sh", "-c", script], timeout=0.3, cwd=tmp_path)
     assert run.timed_out and run.returncode is None
     assert time.perf_counter() - started < 2.0
     time.sleep(0.2)
     assert not marker.exists()
 
 
-def test_run_tool_reports_output_and_status():
-    run = run_tool([str(find_tool("ptxas")), "--version"], timeout=30)
+def test_run_tool_reports_output_and_status(tmp_path):
+    run = run_tool([str(find_tool("ptxas")), "--version"], timeout=30, cwd=tmp_path)
     assert run.returncode == 0 and not run.timed_out
     assert "release 13.5" in run.output
 
 
 def test_run_tool_on_a_missing_program_is_a_toolchain_error(tmp_path):
     with pytest.raises(ToolchainError):
-        run_tool([str(Path(tmp_path) / "nope")], timeout=5)
+        run_tool([str(Path(tmp_path) / "nope")], timeout=5, cwd=tmp_path)

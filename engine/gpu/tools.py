@@ -13,7 +13,6 @@ Plain Python: the tools are separate processes.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ptxbench.engine.gpu.protocol import Job, SizePlan, TimingConfig
+from ptxbench.engine.sandbox import worker_environment
 
 TOOL_TIMEOUT_S = 300.0
 _SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+error")
@@ -54,7 +54,7 @@ def _replay_job(task_id: str, cubin: bytes, plan: SizePlan, folder: Path) -> Pat
 def _run(cmd: list[str], timeout: float) -> tuple[int | None, str]:
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                              env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
+                              env=worker_environment(), start_new_session=True)
         return proc.returncode, proc.stdout + proc.stderr
     except subprocess.TimeoutExpired as exc:
         out = (exc.stdout or b"") + (exc.stderr or b"")

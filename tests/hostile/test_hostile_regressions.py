@@ -48,18 +48,19 @@ def test_cuda_cannot_include_files_of_the_judging_machine():
     """nvcc read any file a candidate named (its lines came back in the stored log) and would read
     /dev/zero until memory ran out. Such includes are refused before nvcc runs; CUDA's own
     headers still work."""
-    from ptxbench.engine.assemble import assemble, include_problem
+    from ptxbench.engine.assemble import assemble
+    from ptxbench.engine.cuda_build import directive_problem
 
     passwd = Path("/etc/passwd").read_text().splitlines()[0]
     for head in ('#include "/etc/passwd"', "#include </dev/zero>", '#include "../../../../etc/passwd"',
                  '#define P "/etc/passwd"\n#include P', '/* a\n   b */ #include "/etc/passwd"',
                  '#inc\\\nlude "/etc/passwd"', '%:include "/etc/passwd"'):
         result = assemble(head + "\n" + KERNEL_CU, "cuda", "sm_90a")
-        assert result.category == "cuda_compile_error", head
+        assert result.category == "forbidden_directive", head
         assert "nvcc" not in result.seconds, f"nvcc ran on {head!r}"
         assert passwd not in result.log + result.evidence
         assert result.evidence_line is not None
-    assert include_problem('#include <cuda_bf16.h>\n#include "cuda/barrier"\n#include <cstdint>\n') is None
+    assert directive_problem('#include <cuda_bf16.h>\n#include "cuda/barrier"\n#include <cstdint>\n') is None
     ok = assemble("#include <cuda_bf16.h>\n" + KERNEL_CU, "cuda", "sm_90a")
     assert ok.category == "ok", ok.evidence
 
