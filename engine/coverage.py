@@ -22,12 +22,9 @@ import secrets
 from dataclasses import dataclass, field
 
 from ptxbench.engine.families import get_family
-from ptxbench.engine.inspect import mask_comments, ptx_statement_spans, statement_parts
+from ptxbench.engine.inspect import HEADER_DIRECTIVE, mask_comments, ptx_statement_spans, statement_parts
 
 SYMBOL = "__ptxbench_coverage"            # the slots' name begins so; a suffix new each build ends it
-# The header directive itself, not its line: a comment opened after it on the same line may run on.
-_ADDRESS_SIZE = re.compile(r"^[ \t]*\.address_size[ \t]+\d+", re.M)
-_TARGET = re.compile(r"^[ \t]*\.target[ \t]+\w+(?:[ \t]*,[ \t]*\w+)*", re.M)
 
 
 @dataclass
@@ -70,16 +67,56 @@ def instrument(ptx: str, families: list[str] | tuple[str, ...]) -> Instrumented 
             if family.matches_ptx(opcode):          # every family it belongs to (st.async is two)
                 inserts.append((at + offset, _mark(tag, symbol, slot, tokens[slot], guard)))
                 sites[names[slot]] += 1
-    # The header found outside comments: a declaration put inside one would declare nothing.
-    masked = mask_comments(ptx)
-    header = _ADDRESS_SIZE.search(masked) or _TARGET.search(masked)
-    if header is None or not all(sites.values()):
+    # The slots are declared after the whole header (found outside comments: a declaration put inside
+    # one would declare nothing), each directive read to its operands' end as ptxas reads it, so a
+    # `.address_size` whose 64 is on the next line is passed too.
+    header_end = max((m.end() for m in HEADER_DIRECTIVE.finditer(mask_comments(ptx))), default=None)
+    if header_end is None or not all(sites.values()):
         return None
-    out = ptx
-    for pos, text in sorted(inserts, reverse=True):
-        out = out[:pos] + text + out[pos:]
-    out = out[:header.end()] + f"\n.visible .global .align 8 .u64 {symbol}[{len(names)}];\n" + out[header.end():]
-    return Instrumented(out, symbol, names, tokens, sites)
+    pieces, last = [], 0
+    for pos, text in sorted(inserts):
+        if last <= header_end < pos:
+            pieces.append(ptx[last:header_end])
+            pieces.append(f"\n.visible .global .align 8 .u64 {symbol}[{len(names)}];\n")
+            last = header_end
+        pieces += [ptx[last:pos], text]
+        last = pos
+    if last <= header_end:
+        pieces += [ptx[last:header_end], f"\n.visible .global .align 8 .u64 {symbol}[{len(names)}];\n"]
+        last = header_end
+    pieces.append(ptx[last:])
+    return Instrumented("".join(pieces), symbol, names, tokens, sites)
+
+
+_ENTRY = re.compile(r"(?<![\w.$%])\.entry\s++([A-Za-z_$%][\w$]*+)\s*+\(")
+_MAXNREG = re.compile(r"\.maxnreg\s++(\d++)")
+
+
+def cap_registers(ptx: str, caps: dict[str, int]) -> str:
+    """The PTX with `.maxnreg N` on each entry named in `caps` (after its parameter list), so the
+    marked copy needs no more registers than the candidate: the marks' few registers can otherwise
+    take an entry over what its launch allows (1024 threads a block: 64), and the copy would not
+    launch where the candidate does. An entry's own smaller `.maxnreg` is kept."""
+    masked = mask_comments(ptx)
+    inserts: list[tuple[int, str]] = []
+    for m in _ENTRY.finditer(masked):
+        cap = caps.get(m.group(1))
+        close = masked.find(")", m.end())
+        body = masked.find("{", m.end())
+        if cap is None or close == -1 or body == -1 or close > body:
+            continue
+        own = _MAXNREG.search(masked, close, body)
+        if own is not None and int(own.group(1)) <= cap:
+            continue
+        if own is not None:
+            inserts.append((own.start(), " " * (own.end() - own.start())))     # replaced by the cap below
+        inserts.append((close + 1, f" .maxnreg {cap}"))
+    out, last = [], 0
+    for pos, text in sorted(inserts):
+        out += [ptx[last:pos], text]
+        last = pos + (len(text) if text.isspace() else 0)
+    out.append(ptx[last:])
+    return "".join(out)
 
 
 def states(families: list[str], tokens: list[int], slots: list[int]) -> dict[str, str]:

@@ -28,8 +28,19 @@ from ptxbench.engine.text_scan import replace_strings, skip, strip_comments
 
 # The PTX is untrusted: every pattern here is matched at a position (never on a slice that is
 # cut again and again), with possessive quantifiers, so reading is linear in the text.
-# Directives that end at the line's end rather than at a semicolon.
-_LINE_DIRECTIVE = re.compile(r"^[ \t]*+\.(?:loc|file|version|target|address_size|section)\b[^\n]*+", re.M)
+# Directives without a semicolon. Each ends where its operands end, as ptxas reads it (whitespace,
+# newlines included, separates them), not at the line's end: `.loc 1 41 9 cp.async.bulk …` is a
+# directive and then an instruction, and `.address_size` may have its 64 on the next line.
+# `.section` (DWARF data in braces) is left whole to its line's end.
+HEADER_DIRECTIVE = re.compile(
+    r"(?<![\w.$%])\.(?:version\s++\d++\.\d++|target\s++\w++(?:\s*+,\s*+\w++)*+|address_size\s++\d++)")
+_LINE_DIRECTIVE = re.compile(
+    r"(?<![\w.$%])(?:"
+    r"\.loc\s++\d++\s++\d++\s++\d++(?:\s*+,\s*+function_name\s++[\w$.]++(?:\s*+\+\s*+\d++)?+)?+"
+    r"(?:\s*+,\s*+inlined_at\s++\d++\s++\d++\s++\d++)?+"
+    r"|\.file\s++\d++\s++\"[^\"\n]*+\"(?:\s*+,\s*+\d++\s*+,\s*+\d++)?+"
+    r"|\.(?:version\s++\d++\.\d++|target\s++\w++(?:\s*+,\s*+\w++)*+|address_size\s++\d++)"
+    r"|^[ \t]*+\.section\b[^\n]*+)", re.M)
 _SPACE = re.compile(r"\s*+")
 _LABEL = re.compile(r"[A-Za-z_$%][\w$]*+\s*+:(?!:)\s*+")
 _GUARD = re.compile(r"@\s*+(?:!\s*+)?[%\w$]++\s++")    # ptxas reads `@ %p` and `@! %p` as well
@@ -52,7 +63,7 @@ def statement_parts(stmt: str) -> tuple[int, str, str | None]:
 
 
 def _blank(m: re.Match[str]) -> str:
-    return " " * len(m.group(0))     # a line directive holds no newline
+    return re.sub(r"[^\n]", " ", m.group(0))     # newlines kept: every offset and line number stays
 
 
 def mask_comments(ptx: str) -> str:

@@ -335,11 +335,18 @@ def _judge_coverage(static: StaticVerdict, measured: list[SizeMeasurement], out:
     """The marked copy's slots, size by size (engine/coverage.py): a train size that passed but where a
     requested family never ran is `required_not_executed`; held-out sizes say so as information (an honest
     kernel may take a plainer path at an awkward size). `executed` is True only when every train size that
-    passed was looked at and every family ran there; False when one did not run; None when not measured."""
+    passed was looked at and every family ran there; False when one did not run; None when not measured.
+
+    A copy that could not be made, loaded or launched for the candidate's sake shows nothing ran: such a
+    train size is `required_not_executed` too (0.6 let it pass unmeasured; round 7 built candidates whose
+    copy failed on purpose). No copy asked for (`static.coverage` empty) measures nothing and decides nothing."""
     families, tokens = static.coverage.get("families"), static.coverage.get("tokens")
     if not families or not tokens:
+        error = static.coverage.get("error")
         if static.require and static.category == OK:
-            out.evidence["coverage"] = {"note": static.coverage.get("error", "no marked copy was made")}
+            out.evidence["coverage"] = {"note": error or "no marked copy was made"}
+        if error and static.require:
+            out.executed = False if _not_seen(measured, f"no marked copy could be made ({error})") else None
         return
     rows: list[dict[str, Any]] = []
     looked, unseen, failed = 0, 0, False
@@ -347,9 +354,11 @@ def _judge_coverage(static: StaticVerdict, measured: list[SizeMeasurement], out:
         slots, why = m.detail.pop("coverage", None), m.detail.pop("coverage_note", "")
         train_ok = m.split == "train" and m.category == OK
         if slots is None:
-            unseen += train_ok
             if why:
                 rows.append({"split": m.split, "sizes": m.sizes, "note": why})
+                failed = _not_seen([m], why) or failed
+            else:
+                unseen += train_ok
             continue
         states = coverage_states(families, tokens, slots)
         rows.append({"split": m.split, "sizes": m.sizes, "families": states})
@@ -363,6 +372,18 @@ def _judge_coverage(static: StaticVerdict, measured: list[SizeMeasurement], out:
                              f"candidate left no mark ({', '.join(f'{f}: {states[f]}' for f in missing)})")
     out.evidence["coverage"] = {"families": families, "sites": static.coverage.get("sites"), "sizes": rows}
     out.executed = False if failed else (True if looked and not unseen else None)
+
+
+def _not_seen(measured: list[SizeMeasurement], why: str) -> bool:
+    """Train sizes that passed become `required_not_executed`: the requested families were not seen to run.
+    True when one did."""
+    hit = False
+    for m in measured:
+        if m.split == "train" and m.category == OK:
+            m.category = "required_not_executed"
+            m.message = f"the requested families were not seen to run at this size: {why}"
+            hit = True
+    return hit
 
 
 def _measurement(r: SizeResult) -> SizeMeasurement:

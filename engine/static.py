@@ -17,7 +17,7 @@ from ptxbench.engine.assemble import DEFAULT_TIMEOUT_S, PTXAS_ARCHES, AssembleRe
 from ptxbench.engine.cache import Cache
 from ptxbench.engine.candidate import Candidate
 from ptxbench.engine.categories import OK, worst
-from ptxbench.engine.coverage import instrument
+from ptxbench.engine.coverage import cap_registers, instrument
 from ptxbench.engine.cuda_build import nvcc_flags
 from ptxbench.engine.extract import ExtractResult, load_candidate_file
 from ptxbench.engine.inspect import EntryFamilies, FamilyRow, inspect
@@ -329,6 +329,13 @@ def _coverage_copy(verdict: StaticVerdict, ptx: str, deadline: Deadline) -> bool
                                      "module no header to declare the marks after"}
         return False
     asm = assemble(marked.ptx, "ptx", verdict.arch, deadline=deadline)
+    # The marks' registers must not make the copy unlaunchable where the candidate launches: an entry that
+    # grew is assembled again, capped at the candidate's own count.
+    grown = {name: own["registers"] for name, own in verdict.resources.items()
+             if asm.ok and own.get("registers") and name in asm.resources
+             and (asm.resources[name].registers or 0) > own["registers"]}
+    if grown:
+        asm = assemble(cap_registers(marked.ptx, grown), "ptx", verdict.arch, deadline=deadline)
     if not asm.ok:
         verdict.coverage = {"error": f"the marked copy did not assemble: {asm.evidence[:400]}"}
         return asm.transient

@@ -137,7 +137,9 @@ def run_fast(out: Path, env: dict[str, str], timeout: float, selection: list[str
     spread over `workers` processes sharing the GPU; then the timing tests alone on it. Tests marked
     `release` (slow, and covered by faster ones) are left to the full suite."""
     began = time.monotonic()
-    spread = run_tests(out, env, timeout * 0.4, selection, "gpu and not timing and not release", workers, "-spread")
+    # Each process's GPU worker keeps a reference cache sized as a share of the GPU's memory: split it.
+    shared = {**env, "PTXBENCH_REFERENCE_CACHE": f"{0.5 / max(workers, 1):.3f}"}
+    spread = run_tests(out, shared, timeout * 0.4, selection, "gpu and not timing and not release", workers, "-spread")
     alone = run_tests(out, env, max(60.0, timeout - (time.monotonic() - began)), selection,
                       "gpu and timing and not release", 1, "-alone")
     return {"returncode": spread["returncode"] if spread["returncode"] else alone["returncode"],
@@ -218,7 +220,8 @@ def run(args: argparse.Namespace) -> int:
         "device": device(), "tools": tool_versions(env), "parts": parts, "command": " ".join(sys.argv),
     }
     if "tests" in parts:
-        left = args.budget_s - (time.monotonic() - began) - (args.bench_s if "bench" in parts else 0)
+        bench_s = args.bench_s if args.bench_s is not None else (120.0 if args.full else 60.0)
+        left = args.budget_s - (time.monotonic() - began) - (bench_s if "bench" in parts else 0)
         # Split as a shell would: `--pytest "tests/hostile -k 'a or b'"` keeps its expression whole.
         if args.full:
             report["tests"] = {**run_tests(out, env, max(60.0, left), shlex.split(args.pytest)), "mode": "full"}
@@ -354,7 +357,7 @@ def main() -> int:
     r.add_argument("--n", type=int, default=None, help="benchmark candidates (default 100 full, 40 fast)")
     r.add_argument("--commit")
     r.add_argument("--budget-s", type=float, default=560.0)
-    r.add_argument("--bench-s", type=float, default=120.0, help="time kept for the benchmark")
+    r.add_argument("--bench-s", type=float, default=None, help="time kept for the benchmark (120 s full, 60 s fast)")
     r.add_argument("--pytest", default="tests", help="what pytest collects (default: every GPU test in tests/)")
     r.add_argument("--full", action="store_true",
                    help="every GPU test, one at a time (releases); default: the fast suite (run_fast)")

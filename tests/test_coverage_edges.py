@@ -233,13 +233,54 @@ def rmsnorm_static():
     return judge_static(ROOT / "tasks" / "solutions" / task.id / "kernel.ptx", task, use_cache=False)
 
 
-def test_a_copy_that_fails_to_launch_is_said_and_measures_nothing(rmsnorm_static):
-    """Fail-open by design (docs/harness.md, "The requested instructions run"): when the copy's launch is
-    refused (its extra registers can exceed a block's budget), the size keeps its verdict, `executed` is
-    None (not measured) and the evidence says why, size by size."""
+def test_a_copy_that_fails_to_launch_shows_nothing_ran(rmsnorm_static):
+    """Fail-closed since 0.7 (docs/harness.md, "The requested instructions run"): a copy whose launch is
+    refused for the candidate's sake shows no family running, so the train size is required_not_executed
+    (round 7 made its copy fail on purpose); the evidence says why, size by size."""
     out, measured = _judged(rmsnorm_static, [("train", "ok", None, "the marked copy's launch failed: x")] * 2)
-    assert [m.category for m in measured] == ["ok", "ok"] and out.executed is None
+    assert [m.category for m in measured] == ["required_not_executed"] * 2 and out.executed is False
+    assert "the marked copy's launch failed: x" in measured[0].message
     assert [r["note"] for r in out.evidence["coverage"]["sizes"]] == ["the marked copy's launch failed: x"] * 2
+
+
+def test_a_copy_that_could_not_be_made_shows_nothing_ran(rmsnorm_static):
+    import copy
+
+    static = copy.copy(rmsnorm_static)
+    static.coverage = {"error": "the marked copy did not assemble: x"}
+    out, measured = _judged(static, [("train", "ok", None, ""), ("heldout", "ok", None, "")])
+    assert [m.category for m in measured] == ["required_not_executed", "ok"] and out.executed is False
+    static.coverage = {}            # no copy asked for: nothing measured, nothing decided
+    out, measured = _judged(static, [("train", "ok", None, "")])
+    assert measured[0].category == "ok" and out.executed is None
+
+
+def test_a_family_on_the_line_of_a_loc_is_marked():
+    """ptxas reads `.loc 1 41 9` as a directive of three numbers and the rest of the line as the next
+    statement; the census and the marker read it so too (round 7, rmsnorm_bulk_copy_after_loc)."""
+    ptx = kernel(".loc 1 41 9\tmbarrier.init.shared.b64 [%r2], 1;\n.loc 1 42 3 mbarrier.inval.shared.b64 [%r2];")
+    assert ptx_census(ptx)["mbarrier.init.shared.b64"] == 1 and ptx_census(ptx)["mbarrier.inval.shared.b64"] == 1
+    marked, asm = _copy(ptx, ["mbarrier"])
+    assert asm.ok and marked.sites["mbarrier"] == 2
+
+
+def test_the_slots_are_declared_after_a_header_split_over_lines():
+    """`.address_size` with its 64 on the next line (round 7, rmsnorm_marked_copy_does_not_assemble)."""
+    ptx = kernel(MB).replace(".address_size 64", ".address_size\n   64")
+    marked, asm = _copy(ptx, ["mbarrier"])
+    assert asm.ok, asm.evidence
+
+
+def test_a_copy_that_needs_more_registers_is_capped_at_the_candidate_s(tmp_path):
+    """Round 7, rmsnorm_marked_copy_over_register_budget: 64 registers at 1024 threads, the marks made it 70."""
+    src = HOSTILE / "rmsnorm_marked_copy_over_register_budget.cu"
+    verdict = judge_static(src, get_task("rmsnorm_bf16_sm90a"), manifest_path=src.with_suffix(".manifest.json"),
+                           use_cache=False)
+    assert verdict.category == "ok" and verdict.coverage_cubin is not None, verdict.coverage
+    from ptxbench.engine.sass import disassemble
+    assert verdict.resources["rmsnorm"]["registers"] == 64
+    copy_sass = disassemble(verdict.coverage_cubin)
+    assert "rmsnorm" in copy_sass
 
 
 def test_executed_is_not_claimed_for_a_train_size_never_looked_at(rmsnorm_static):
@@ -319,7 +360,11 @@ def _old_census(ptx: str) -> Counter[str]:
     return Counter(op for st in _old_statements(ptx) if (op := _old_opcode(st)))
 
 
-CORPUS = sorted(p for p in ROOT.rglob("*.ptx") if ".git" not in p.parts and ".venv" not in p.parts)
+# Round 7 wrote these two to exploit where 0.6 ended a directive (at the line's end): 0.7 reads them as
+# ptxas does, so they are the two files where the old reading and the new must differ.
+READ_AS_PTXAS_DOES = {"rmsnorm_bulk_copy_after_loc.ptx", "rmsnorm_marked_copy_does_not_assemble.ptx"}
+CORPUS = sorted(p for p in ROOT.rglob("*.ptx") if ".git" not in p.parts and ".venv" not in p.parts
+                and p.name not in READ_AS_PTXAS_DOES)
 SYNTHETIC = {
     **{name: kernel(body) for name, body in ORDINARY.items()},
     "strings": kernel('.pragma "nounroll";\n' + MB + '\n.pragma "nounroll";'),

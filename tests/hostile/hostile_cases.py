@@ -55,6 +55,7 @@ class Case:
     # requested families sit in dead code, which the copy would otherwise catch first.
     coverage: bool = True
     release: bool = False               # slow and covered by a faster case: the full GPU suite only
+    open: str = ""                      # a known hole, why it is open: expected to fail (strict) until closed
 
     @staticmethod
     def from_toml(d: dict[str, Any]) -> Case:

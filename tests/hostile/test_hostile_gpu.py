@@ -72,7 +72,10 @@ def _judge(case, runner, asm_cache):
 
 
 def _marks(case) -> list[pytest.MarkDecorator]:
-    return [m for m, on in ((pytest.mark.timing, case.timed), (pytest.mark.release, case.release)) if on]
+    marks = [m for m, on in ((pytest.mark.timing, case.timed), (pytest.mark.release, case.release)) if on]
+    if case.open:
+        marks.append(pytest.mark.xfail(reason=case.open, strict=True))
+    return marks
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, marks=_marks(c), id=c.id) for c in GPU])
