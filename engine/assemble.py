@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +53,7 @@ DRIVER_MAX_PTX_VERSION = (9, 0)
 DRIVER_UNKNOWN_ARCHES = ("sm_107", "sm_107a", "sm_107f")
 
 MAX_CODE_BYTES = 4 << 20
+MAX_GENERATED_PTX_BYTES = 8 << 20     # what nvcc may make of a CUDA candidate (the experts make 13-130 KB)
 DEFAULT_TIMEOUT_S = 120.0
 PTXAS_FLAGS: tuple[str, ...] = ("-v",)
 EVIDENCE_SOURCE_CHARS = 200
@@ -68,7 +68,7 @@ MAX_TEXT_CHARS = 2000     # one message, or the evidence line
 _FINGERPRINT = source_fingerprint(__file__, Path(__file__).with_name("ptxas_messages.py"),
                                   Path(__file__).with_name("cuda_build.py"))
 
-_VERSION_RE = re.compile(r"^[ \t]*\.version[ \t]+(\d+)\.(\d+)", re.M)
+_VERSION_RE = re.compile(r"^[ \t]*\.version[ \t]+(\d{1,4})\.(\d{1,4})\b", re.M)   # longer: left to ptxas
 _TARGET_RE = re.compile(r"^[ \t]*\.target[ \t]+([A-Za-z0-9_]+)", re.M)
 
 
@@ -253,15 +253,18 @@ def generic_target(ptx: str, arch: str) -> str | None:
     return target if target and target != arch and target in PTXAS_ARCHES and runs_on(target, arch) else None
 
 
-# Module-scope data a module declares: `.global`/`.const` variables with their array extents.
-# ptxas builds initialised data in memory and writes it into the cubin, and a load reserves all of
-# it on the device: a 3-line module can ask for gigabytes. Linear: no nested quantifiers.
+# Module-scope data a module declares: `.global`/`.const` variables with their array extents, however
+# many a line or a statement holds (`.global .b8 a[1], b[1 << 40];`). ptxas builds initialised data in
+# memory and writes it into the cubin, and a load reserves all of it on the device: a 3-line module can
+# ask for gigabytes. Each declaration statement is read once, at most its first 4 KiB (extents come
+# first), so the check is linear in the module.
 MAX_MODULE_DATA_BYTES = 1 << 30
-_DATA_DECL = re.compile(
-    r"^[ \t]*(?:\.(?:visible|extern|weak|common)[ \t]+)*\.(global|const)[ \t]+(?:\.align[ \t]+\d+[ \t]+)?"
-    r"(?:\.(v2|v4|v8)[ \t]+)?\.([a-z]\d+(?:x2)?)[ \t]+[A-Za-z_$%][\w$]*((?:[ \t]*\[[ \t]*\d*[ \t]*\])*)", re.M)
+_DATA_SPACE = re.compile(r"(?<![\w.$%])\.(?:global|const)(?![\w$])")
+_DATA_TYPE = re.compile(r"(?:\s*\.(?:align\s+\d{1,9}|v2|v4|v8|[a-z][a-z0-9]*))*")
+_VECTOR = re.compile(r"\.v([248])\b")
+_SCALAR = re.compile(r"\.(?:[a-z]+)(8|16|32|64|128)(x2)?\b")
 _EXTENT = re.compile(r"\[\s*(\d*)\s*\]")
-_TYPE_BYTES = {"8": 1, "16": 2, "32": 4, "64": 8, "128": 16}
+_DECL_WINDOW = 4096
 
 
 def module_data_problem(ptx: str) -> tuple[str, str, int | None] | None:
@@ -269,14 +272,24 @@ def module_data_problem(ptx: str) -> tuple[str, str, int | None] | None:
     MAX_MODULE_DATA_BYTES (checked before ptxas spends memory and time building it)."""
     total = 0
     clean = strip_comments(ptx)
-    for m in _DATA_DECL.finditer(clean):
-        kind, vec, ty, extents = m.groups()
-        pair = ty.endswith("x2")
-        bits = re.sub(r"^[a-z]+", "", ty.removesuffix("x2"))
-        size = _TYPE_BYTES.get(bits, 1) * (2 if pair else 1) * {None: 1, "v2": 2, "v4": 4, "v8": 8}[vec]
-        for e in _EXTENT.findall(extents):
-            size *= int(e) if e else 1
-        total += size
+    read_to = 0
+    for m in _DATA_SPACE.finditer(clean):
+        if m.start() < read_to:
+            continue                        # inside a statement already read
+        end = clean.find(";", m.end(), m.end() + _DECL_WINDOW)
+        read_to = end if end != -1 else m.end() + _DECL_WINDOW
+        statement = clean[m.end():read_to]
+        kinds = _DATA_TYPE.match(statement)
+        head = kinds.group(0) if kinds else ""
+        vector = _VECTOR.search(head)
+        scalar = _SCALAR.search(head)
+        unit = (int(scalar.group(1)) // 8 if scalar else 1) * (2 if scalar and scalar.group(2) else 1) \
+            * (int(vector.group(1)) if vector else 1)
+        for declarator in _declarators(statement[len(head):]):
+            size = unit
+            for e in _EXTENT.findall(declarator):
+                size *= int(e) if e and len(e) <= 12 else (1 << 40 if e else 1)
+            total += size
         if total > MAX_MODULE_DATA_BYTES:
             line = clean.count("\n", 0, m.start()) + 1
             return ("resource_limit",
@@ -284,6 +297,22 @@ def module_data_problem(ptx: str) -> tuple[str, str, int | None] | None:
                     f"({total} bytes by this line); the judge does not assemble or load modules that large "
                     "(scratch memory comes from the launch manifest, docs/candidate.md)", line)
     return None
+
+
+def _declarators(text: str) -> list[str]:
+    """The names (with their extents) of one declaration: split at commas outside an initializer's
+    braces, each cut at its `=`."""
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth = max(depth - 1, 0)
+        elif ch == "," and depth == 0:
+            out.append(text[start:i])
+            start = i + 1
+    out.append(text[start:])
+    return [d.split("=", 1)[0] for d in out if d.split("=", 1)[0].strip()]
 
 
 def _line_of(text: str, pattern: re.Pattern[str]) -> int | None:
@@ -443,6 +472,16 @@ def _assemble_uncached(text: str, language: str, arch: str, tmp: Path, deadline:
     return result
 
 
+# Outside the job's folder, a file the sandbox shuts out reads "Permission denied" and a missing one "No
+# such file or directory": told apart, they would say which paths exist on the judging machine to a
+# candidate that gets a compiler to open one by a route no text check sees (a pragma built by macros).
+_OPEN_FAILED = re.compile(r": (?:Permission denied|No such file or directory)\b")
+
+
+def _no_oracle(text: str) -> str:
+    return _OPEN_FAILED.sub(": cannot be opened", text)
+
+
 def _tool_ended_badly(run: ToolRun, tool: str, deadline: Deadline, result: AssembleResult) -> bool:
     """Fill `result` when a tool hit the deadline or a cap, or was killed from outside; True then.
 
@@ -455,6 +494,9 @@ def _tool_ended_badly(run: ToolRun, tool: str, deadline: Deadline, result: Assem
         result.category = "assemble_other"
         result.evidence = f"{tool} did not finish within the candidate's {deadline.seconds:g} s"
         return True
+    if run.cap_hit == "killed":
+        raise ToolchainError(tool, "it, or a compiler it ran, was killed from outside the judge (SIGKILL: the "
+                                   "system's out-of-memory killer?); the candidate was not judged", "")
     if run.cap_hit:
         result.category = "resource_limit"
         result.transient = run.cap_hit == "cpu_seconds"
@@ -462,10 +504,7 @@ def _tool_ended_badly(run: ToolRun, tool: str, deadline: Deadline, result: Assem
                           f"({_cap_value(run.cap_hit)}; docs/security.md)"
         return True
     if run.returncode is not None and run.returncode < 0:
-        if run.returncode == -signal.SIGKILL:
-            raise ToolchainError(tool, "was killed from outside the judge (SIGKILL: the system's out-of-memory "
-                                       "killer?); the candidate was not judged", "")
-        result.transient = True
+        result.transient = True      # a crash: said as the candidate's verdict, never cached
     return False
 
 
@@ -495,6 +534,7 @@ def _nvcc_to_ptx(text: str, arch: str, tmp: Path, deadline: Deadline, result: As
     argv = [str(nvcc), f"-gencode=arch={compute_arch(arch)},code={arch}", "-ptx", *flags, src.name, "-o", out.name]
     result.commands["nvcc"] = ["nvcc", *argv[1:]]
     run = run_tool(argv, timeout=deadline.left(), cwd=tmp)
+    run.stdout, run.stderr = _no_oracle(run.stdout), _no_oracle(run.stderr)
     result.sandbox = run.sandbox
     result.seconds["nvcc"] = run.seconds
     log.append(run.output)
@@ -514,5 +554,13 @@ def _nvcc_to_ptx(text: str, arch: str, tmp: Path, deadline: Deadline, result: As
         else:
             tail = run.output.strip().splitlines()[-1:] or [f"nvcc exited with {run.returncode}"]
             result.evidence = tail[0]
+        return None
+    made = out.stat().st_size
+    if made > MAX_GENERATED_PTX_BYTES:
+        # Constexpr tables and macros can make a few hundred bytes of source into tens of MB of PTX, which
+        # would be assembled, stored with every evaluation and cached: bounded as the candidate itself is.
+        result.category = "resource_limit"
+        result.evidence = (f"nvcc made {made / (1 << 20):.1f} MiB of PTX from this source; the judge assembles "
+                           f"and keeps at most {MAX_GENERATED_PTX_BYTES >> 20} MiB")
         return None
     return out.read_text(encoding="utf-8", errors="replace")

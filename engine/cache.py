@@ -142,6 +142,12 @@ class Cache:
         if size > self.max_bytes // 8:
             return
         try:
+            text = json.dumps({**report, _BLOBS_FIELD: {}}).encode("utf-8")
+        except (TypeError, ValueError):
+            return
+        if size + len(text) > self.max_bytes // 8:        # a report can carry the PTX inline
+            return
+        try:
             digests: dict[str, str] = {}
             written = 0
             for name, data in blobs.items():

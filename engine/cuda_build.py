@@ -144,7 +144,9 @@ _OPERATORS = re.compile(r"\b(__has_include_next|__has_include|_Pragma)\b")
 _WORD = re.compile(r"[A-Za-z_]\w*|\d+")
 _SPLICE = re.compile(r"\\[ \t]*\r?\n")
 _FILE_DIRECTIVES = ("include", "include_next", "import", "embed")
-_DIGITS = re.compile(r"\d+")
+_DIGITS = re.compile(r"\d{1,9}(?!\d)")      # a longer line number is out of range anyway: refused
+_UCN = re.compile(r"\\u00([0-7][0-9A-Fa-f])|\\U000000([0-7][0-9A-Fa-f])")
+_BASIC = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_$#")
 _BLANKS = re.compile(r"[ \t\f\v]*")
 _HEADER_NAME = re.compile(r'<([^<>\n]*)>|"([^"\n]*)"')
 _PRAGMA_STRING = re.compile(r'\(\s*"((?:[^"\\\n]|\\.)*)"')
@@ -205,16 +207,26 @@ def directive_problem(source: str) -> tuple[str, int] | None:
     diagnostics, reads any file an `#include` or `#pragma GCC dependency` names, and answers
     `__has_include` for any path. Those are refused here, as a first line; the tools run confined
     all the same (engine.sandbox), since macros can build forms no text check sees."""
-    text, joined = _join_splices(source)
+    # Lines end as the compiler ends them: at CR LF, LF, or a lone CR (so `\` + CR is a splice too).
+    text, joined = _join_splices(source.replace("\r\n", "\n").replace("\r", "\n"))
     scan = _Scanner(text)
 
     def line(pos: int) -> int:
         return text.count("\n", 0, pos) + bisect.bisect_right(joined, pos) + 1
 
+    for u in _UCN.finditer(text):
+        if chr(int(u.group(1) or u.group(2), 16)) in _BASIC:
+            return (f"a universal character name for a plain letter or digit ({u.group(0)}) is not allowed: the "
+                    "compiler reads it as that character, so it can spell a directive no check sees",
+                    line(u.start()))
+
     # Where the word `dependency` stands (the only pragma that reads a file), found once.
     dependency = [m.start() for m in re.finditer(r"\bdependency\b", text)]
     allowed: frozenset[str] | None = None
     for m in _HASH.finditer(text):
+        if text.startswith("##", m.start()) or text.startswith("#", m.end()) or \
+                (m.start() > 0 and text[m.start() - 1] == "#"):
+            continue            # token pasting (`a##b`), not a directive
         w = _WORD.match(text, scan.blank(m.end()))
         if w is None:
             continue

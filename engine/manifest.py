@@ -258,6 +258,8 @@ def parse_manifest(source: str | bytes | Mapping[str, Any]) -> Manifest:
             raise ManifestError(f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
         except (UnicodeDecodeError, RecursionError) as exc:
             raise ManifestError(f"not valid JSON: {type(exc).__name__}") from None
+        except ValueError as exc:     # an integer of more digits than Python converts (4300)
+            raise ManifestError(f"not valid JSON: {str(exc)[:200]}") from None
     else:
         data = source
     d = _fields(data, "manifest", ("launches", "tensor_maps", "scratch", "build"))

@@ -65,7 +65,6 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("ptx_version", r"Unsupported \.version"),
         ("ptx_version", r"requires PTX ISA \.version"),
         ("ptx_version", r"PTX \.version \S+ does not support \.target"),
-        ("ptx_version", r"\.version .* (not supported|too (old|new|high|low))"),
         ("target_mismatch", r"^(PTX|Program) with \.target '[^']*' cannot be compiled"),
         ("target_mismatch", r"SM version specified by \.target is higher"),
         ("target_mismatch", r"cannot be compiled to future architecture"),
@@ -94,21 +93,40 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
 _SUMMARY = re.compile(r"^Ptx assembly aborted due to errors$", re.IGNORECASE)
 
 
+# A message quotes the candidate ("Parsing error near '…'"), as long as the candidate makes it: what is
+# read and kept of one is bounded, so no rule's search costs more than a constant per message.
+MAX_MESSAGE_CHARS = 2000
+
+
+_VERSION_WORD = re.compile(r"\.version ", re.IGNORECASE)
+_VERSION_VERDICT = re.compile(r" (not supported|too (old|new|high|low))", re.IGNORECASE)
+
+
+def _version_unsupported(text: str) -> bool:
+    r"""`.version … not supported` / `… too old`, read as two searches, not `\.version .* (…)`: that
+    pattern retries from every `.version` in a message that quotes the candidate, quadratic in it."""
+    first = _VERSION_WORD.search(text)
+    return first is not None and _VERSION_VERDICT.search(text, first.end() - 1) is not None
+
+
 def classify(text: str) -> str:
     """The assemble category of one ptxas error text (assemble_other when nothing matches)."""
+    text = text[:MAX_MESSAGE_CHARS]
     for category, pattern in _RULES:
         if pattern.search(text):
             return category
+        if category == "ptx_version" and pattern.pattern.startswith("PTX") and _version_unsupported(text):
+            return "ptx_version"
     return "assemble_other"
 
 
 _PTXAS_LINE = re.compile(
-    r"^ptxas(?:\s+(?P<file>.+?),\s+line\s+(?P<line>\d+);)?\s+"
+    r"^ptxas(?:\s+(?P<file>.+?),\s+line\s+(?P<line>\d{1,9});)?\s+"
     r"(?P<sev>error|fatal|warning|info|Advisory|advisory)\s*:\s*(?P<text>.*)$"
 )
-_PTXAS_ADVISORY = re.compile(r"^ptxas(?:\s+(?P<file>.+?),\s+line\s+(?P<line>\d+);)?\s+Advisory:\s*(?P<text>.*)$")
+_PTXAS_ADVISORY = re.compile(r"^ptxas(?:\s+(?P<file>.+?),\s+line\s+(?P<line>\d{1,9});)?\s+Advisory:\s*(?P<text>.*)$")
 _NOTE_CODE = re.compile(r"^\((C\d{4})\)\s*")
-_ON_LINE = re.compile(r"\bon line (\d+)\b")
+_ON_LINE = re.compile(r"\bon line (\d{1,9})\b")
 
 
 def parse_ptxas(output: str) -> list[Message]:
@@ -121,7 +139,7 @@ def parse_ptxas(output: str) -> list[Message]:
             continue
         groups = m.groupdict()
         sev = (groups.get("sev") or "advisory").lower()
-        text = groups["text"].strip()
+        text = groups["text"].strip()[:MAX_MESSAGE_CHARS]
         code = None
         c = _NOTE_CODE.match(text)
         if c:
@@ -150,8 +168,8 @@ def parse_ptxas(output: str) -> list[Message]:
 #                         k.cu(1): warning #177-D: variable "u" was declared but never referenced
 # host preprocessor:      k.cu:1:10: fatal error: cute/tensor.hpp: No such file or directory
 # driver:                 nvcc fatal   : Unsupported gpu architecture 'compute_95a'
-_NVCC_EDG = re.compile(r"^(?P<file>[^\s(][^(]*)\((?P<line>\d+)\):\s+(?P<sev>error|warning|remark|catastrophic error)(?:\s+#(?P<code>[\w-]+))?:\s*(?P<text>.*)$")
-_NVCC_GCC = re.compile(r"^(?P<file>[^:\s][^:]*):(?P<line>\d+):(?:\d+:)?\s+(?P<sev>fatal error|error|warning|note):\s*(?P<text>.*)$")
+_NVCC_EDG = re.compile(r"^(?P<file>[^\s(][^(]*)\((?P<line>\d{1,9})\):\s+(?P<sev>error|warning|remark|catastrophic error)(?:\s+#(?P<code>[\w-]+))?:\s*(?P<text>.*)$")
+_NVCC_GCC = re.compile(r"^(?P<file>[^:\s][^:]*):(?P<line>\d{1,9}):(?:\d+:)?\s+(?P<sev>fatal error|error|warning|note):\s*(?P<text>.*)$")
 _NVCC_DRIVER = re.compile(r"^nvcc (?P<sev>fatal|error|warning)\s*:\s*(?P<text>.*)$")
 
 
@@ -174,8 +192,8 @@ def parse_nvcc(output: str) -> list[Message]:
         msg = Message(
             tool="nvcc",
             severity=sev,
-            text=g["text"].strip(),
-            file=g.get("file"),
+            text=g["text"].strip()[:MAX_MESSAGE_CHARS],
+            file=(g.get("file") or "")[:MAX_MESSAGE_CHARS] or None,
             line=int(g["line"]) if g.get("line") else None,
             code=g.get("code"),
         )

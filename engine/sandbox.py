@@ -28,6 +28,7 @@ import ctypes
 import functools
 import os
 import platform
+import re
 import resource
 import selectors
 import shutil
@@ -56,7 +57,7 @@ class Limits:
 
     address_space: int = 4 * GiB
     cpu_seconds: int = 120
-    file_size: int = 64 * MiB       # any file a tool writes: the PTX nvcc makes, the cubin ptxas makes
+    file_size: int = 16 * MiB       # any file a tool writes: the PTX nvcc makes, the cubin ptxas makes
     open_files: int = 256
     processes: int = 64             # beyond what the user already runs; not applied to root
 
@@ -248,12 +249,15 @@ def tool_environment(job_dir: Path, path_dirs: Iterable[Path], extra: dict[str, 
 _WORKER_KEEP = ("PATH", "PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "LD_LIBRARY_PATH", "HOME", "TMPDIR", "LANG",
                 "XDG_CACHE_HOME", "PTXBENCH_CACHE", "PTXBENCH_FUSED_CHECKS", "PTXBENCH_REFERENCE_CACHE",
                 "PTXBENCH_PTXAS", "PTXBENCH_NVCC", "PTXBENCH_CUOBJDUMP", "PTXBENCH_NVDISASM", "PTXBENCH_SANDBOX")
-_WORKER_KEEP_PREFIXES = ("CUDA_", "NVIDIA_", "CUPY_", "LC_")
+_WORKER_KEEP_PREFIXES = ("CUDA_", "CUPY_", "LC_")
+# A name that says it holds a secret is dropped even under a kept prefix (CUDA_API_KEY is a key).
+_SECRET_WORDS = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH", re.IGNORECASE)
 
 
 def worker_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The GPU worker's whole environment: an allow-list of the judge's, plus `extra` (its device)."""
-    env = {k: v for k, v in os.environ.items() if k in _WORKER_KEEP or k.startswith(_WORKER_KEEP_PREFIXES)}
+    env = {k: v for k, v in os.environ.items()
+           if (k in _WORKER_KEEP or k.startswith(_WORKER_KEEP_PREFIXES)) and not _SECRET_WORDS.search(k)}
     env.update(extra or {})
     env["PYTHONUNBUFFERED"] = "1"
     return env
@@ -476,28 +480,43 @@ def _kill_group(pgid: int) -> None:
         pass
 
 
+# How the toolchain says, in its own words, that a process of it was stopped: nvcc of a child it ran
+# ("nvcc error : 'cicc' died due to signal 9"), gcc's driver of cc1plus, cc1plus and ptxas of memory.
+# Each pattern is anchored on fixed words from the line's start to the signal or the end, so no text a
+# candidate gets quoted (a file name in a pragma, an #error message: those lines begin with the
+# candidate's file name or put its words after "fatal error:") can pass for one.
+_CHILD_SIGNAL = re.compile(r"^nvcc error\s*: '[\w+.-]+' died due to signal (\d+)\b", re.M)
+_DRIVER_SIGNAL = re.compile(r"^(?:gcc|g\+\+|c\+\+): (?:fatal|internal compiler) error: (Killed|File size limit "
+                            r"exceeded|CPU time limit exceeded) signal terminated program \w[\w+]*$", re.M)
+_OUT_OF_MEMORY = re.compile(r"^(?:cc1plus|cc1): out of memory allocating \d+ bytes|^(?:cc1plus|cc1): (?:fatal error: )?"
+                            r"virtual memory exhausted(?:: Cannot allocate memory)?$|^ptxas fatal\s*: Memory allocation "
+                            r"failure$", re.M)
+_SIGNAL_CAP: dict[int, str] = {int(signal.SIGXCPU): "cpu_seconds", int(signal.SIGXFSZ): "file_size",
+                               int(signal.SIGKILL): "killed"}
+_WORDS_CAP = {"killed": "killed", "file size limit exceeded": "file_size", "cpu time limit exceeded": "cpu_seconds"}
+
+
 def _cap_hit(run: Confined, limits: Limits) -> str:
-    """Which limit a tool that failed ran into, as far as its end shows it."""
+    """Which limit a tool that failed ran into, as far as its end shows it; `killed` when it, or a child
+    it reports, was killed by a SIGKILL the judge did not send (the system's out-of-memory killer)."""
     code = run.returncode
-    if run.timed_out or code is None:
+    if run.timed_out or code is None or code == 0:
         return ""
-    if code == -signal.SIGXCPU:
-        return "cpu_seconds"
-    if code == -signal.SIGXFSZ:
-        return "file_size"
-    if code != 0:
-        # nvcc reports a child (cc1plus, cicc) that a limit stopped in words, and exits with a code.
-        text = (run.stderr[-4000:] + run.stdout[-4000:]).lower()
-        if "file size limit exceeded" in text:
-            return "file_size"
-        if "cpu time limit exceeded" in text:
-            return "cpu_seconds"
-        if any(w in text for w in ("out of memory", "memory allocation failure", "bad_alloc", "cannot allocate",
-                                   "virtual memory exhausted")):
-            return "address_space"
-        if code in (-signal.SIGSEGV, -signal.SIGABRT, -signal.SIGBUS, -signal.SIGKILL) \
-                and run.max_rss >= limits.address_space // 4:
-            return "address_space"
+    if -code in _SIGNAL_CAP and not (code == -signal.SIGKILL and run.max_rss >= limits.address_space // 4):
+        return _SIGNAL_CAP[-code]
+    text = run.stderr[-8000:].replace("\r", " ") + "\n" + run.stdout[-8000:].replace("\r", " ")
+    if child := _CHILD_SIGNAL.search(text):
+        number = int(child.group(1))
+        if number in _SIGNAL_CAP:
+            return _SIGNAL_CAP[number]
+        code = -number              # a child's crash is judged as the tool's own, below
+    if driver := _DRIVER_SIGNAL.search(text):
+        return _WORDS_CAP[driver.group(1).lower()]
+    if _OUT_OF_MEMORY.search(text):
+        return "address_space"
+    if code in (-signal.SIGSEGV, -signal.SIGABRT, -signal.SIGBUS, -signal.SIGKILL) \
+            and run.max_rss >= limits.address_space // 4:
+        return "address_space"      # a crash at its memory cap: an allocation it could not make
     return ""
 
 

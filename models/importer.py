@@ -165,6 +165,8 @@ def parse_line(obj: Any, line: int, base: Path, default_run: str, known_tasks: s
             manifest = json.loads(_read_text(base, obj["manifest_file"]))
         except json.JSONDecodeError as exc:
             raise ValueError(f"manifest_file: not JSON ({exc.msg}, line {exc.lineno})") from None
+        except RecursionError:
+            raise ValueError("manifest_file: nested deeper than a reader goes") from None
         if not isinstance(manifest, dict):
             raise ValueError("manifest_file: must hold a JSON object")
     entry.language, entry.code, entry.manifest = language, code, manifest
@@ -197,6 +199,9 @@ def read_entries(path: Path) -> list[Entry]:
             continue
         except json.JSONDecodeError as exc:
             problems.append(f"{where}: not JSON ({exc.msg} at column {exc.colno})")
+            continue
+        except (ValueError, RecursionError) as exc:   # an integer past 4300 digits; nesting past the parser's depth
+            problems.append(f"{where}: not JSON a reader can take ({type(exc).__name__}: {str(exc)[:120]})")
             continue
         try:
             entry = parse_line(obj, number, base, default_run, known)

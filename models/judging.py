@@ -82,11 +82,11 @@ def judge_sample(extracted: ExtractResult, task: TaskSpec, *, gpu: bool) -> Any:
 
         try:
             return judge_static(extracted, task)
-        except (OSError, RuntimeError) as exc:
-            raise JudgeFailed(f"{type(exc).__name__}: {exc}") from None
+        except Exception as exc:  # a tool's failure, or a stage's bug met on this candidate: it costs this one only
+            raise JudgeFailed(f"{type(exc).__name__}: {str(exc)[:500]}") from None
     try:
         return judge(extracted, task, gpu=gpu)
     except EngineError as exc:
         raise JudgeFailed(str(exc)) from None
-    except (OSError, RuntimeError) as exc:  # ToolchainError is a RuntimeError
-        raise JudgeFailed(f"{type(exc).__name__}: {exc}") from None
+    except Exception as exc:  # ToolchainError, OSError, or a stage's bug met on this candidate: never the run's end
+        raise JudgeFailed(f"{type(exc).__name__}: {str(exc)[:500]}") from None

@@ -105,6 +105,8 @@ ACCEPTED = [
     "#pragma unroll\n#pragma nv_diag_suppress 177\n_Pragma(\"unroll 4\")\n",
     "#line 40\n#line 41 // the next line is 41\n",
     "#define CAT(a, b) a##b\n#define STR(x) #x\nconst char* s = STR(CAT(x, y));\n",
+    "#define VAR(b) b##0\nint VAR(x);\n",
+    "#line 5\r\n#pragma unroll\r\n",
 ]
 
 REFUSED = [
@@ -119,6 +121,9 @@ REFUSED = [
     ("#define H __has_include\n#if H(\"/x\")\n#endif\n", 1, "must be followed by"),
     ("#include <bits/stdc++.h>\n", 1, "not one of CUDA's headers"),
     ("int a;\n#inc\\\nlude \"../../secret\"\n", 2, "outside the compiler's header folders"),
+    ("#\\u0069nclude \"/etc/shadow\"\n", 1, "universal character name"),
+    ("int a;\r#\\\r include \"/etc/passwd\"\n", 2, "outside the compiler's header folders"),
+    ("#line 12345678901234567890\n", 1, "#line with a file name"),
 ]
 
 

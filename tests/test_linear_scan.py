@@ -253,3 +253,16 @@ def test_kernels_through_a_long_chain_of_macros():
     assert cuda_kernels(_define_chain(64 << 10))[-1] == "k"
     kernels = cuda_kernels(_function_macros(4 << 10))
     assert {"k0", "k1", "k2"} <= set(kernels) and len(kernels) == len(set(kernels)) > 100
+
+
+def test_ptxas_messages_that_quote_the_candidate_are_classified_in_linear_time():
+    """ptxas quotes the candidate ("Parsing error near '…'"): a 1 MB line of `.version` took the
+    classifier 183 s when a rule retried `\\.version .*` from every occurrence."""
+    from ptxbench.engine.ptxas_messages import parse_ptxas
+
+    for n in (1 << 17, 1 << 20):
+        line = "ptxas k.ptx, line 9; error   : Parsing error near '" + ".version " * (n // 9) + "': syntax error"
+        started = time.perf_counter()
+        [msg] = parse_ptxas(line)
+        assert msg.category == "syntax" and len(msg.text) <= 2000
+        assert time.perf_counter() - started < 1.0

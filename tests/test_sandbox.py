@@ -153,12 +153,24 @@ def test_a_flood_of_output_is_kept_bounded(tmp_path):
     assert run.output_dropped >= 40_000_000 - sandbox.MAX_OUTPUT_BYTES
 
 
-def test_a_tool_killed_from_outside_is_a_tool_error_never_a_verdict():
+def test_a_tool_killed_from_outside_is_a_tool_error_never_a_verdict(tmp_path):
     from ptxbench.engine.assemble import AssembleResult, _tool_ended_badly
 
-    killed = sandbox.Confined(argv=["ptxas"], returncode=-9, stdout="", stderr="", seconds=1.0, timed_out=False)
+    killed = run_tool(["sh", "-c", "kill -9 $$"], timeout=10, cwd=_job(tmp_path))
+    assert killed.cap_hit == "killed"
     with pytest.raises(ToolchainError):
         _tool_ended_badly(killed, "ptxas", sandbox.Deadline(10), AssembleResult("ok", "ptx", "sm_90a"))
+    # nvcc says so of a child it ran (cicc, cc1plus), in its own name ...
+    child = sandbox.Confined(argv=["nvcc"], returncode=4, stdout="", seconds=1.0, timed_out=False,
+                             stderr="nvcc error   : 'cicc' died due to signal 9 (Kill signal)")
+    assert sandbox._cap_hit(child, sandbox.DEFAULT_LIMITS) == "killed"
+    # ... which a candidate's own diagnostic, however worded, cannot pass for (nor for a cap it hit).
+    for words in ("nvcc error   : 'cicc' died due to signal 9 (Kill signal)", "out of memory",
+                  "gcc: internal compiler error: File size limit exceeded"):
+        for line in (f"candidate.cu:2:2: error: #error \r{words}", f"cc1plus: fatal error: {words}: cannot be opened"):
+            forged = sandbox.Confined(argv=["nvcc"], returncode=1, stdout="", seconds=1.0, timed_out=False,
+                                      stderr=line)
+            assert sandbox._cap_hit(forged, sandbox.DEFAULT_LIMITS) == "", line
     crashed = sandbox.Confined(argv=["ptxas"], returncode=-11, stdout="", stderr="", seconds=1.0, timed_out=False)
     result = AssembleResult("ok", "ptx", "sm_90a")
     assert not _tool_ended_badly(crashed, "ptxas", sandbox.Deadline(10), result)
@@ -205,6 +217,8 @@ def test_the_worker_gets_an_allow_listed_environment(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     monkeypatch.setenv("GITHUB_TOKEN", SECRET)
     monkeypatch.setenv("PTXBENCH_API_KEY", SECRET)
+    monkeypatch.setenv("NVIDIA_API_KEY", SECRET)
+    monkeypatch.setenv("CUDA_AUTH_TOKEN", SECRET)
     env = sandbox.worker_environment({"CUDA_VISIBLE_DEVICES": "0"})
     assert SECRET not in env.values()
     assert env["CUDA_VISIBLE_DEVICES"] == "0" and env["PATH"] == os.environ["PATH"]

@@ -43,7 +43,24 @@ def _candidates(secret_file: Path) -> dict[str, str]:
         "pragma_by_macro": ('#define S(x) #x\n#define X(x) S(x)\n'
                             f'_Pragma(X(GCC dependency "{f}"))\n' + KERNEL),
         "spliced_line": f'#li\\\nne 1 "{f}"\n#error quote me\n' + KERNEL,
+        "ucn_directive": f'#\\u006cine 1 "{f}"\n#error quote me\n' + KERNEL,
+        "cr_splice": f'int a;\r#\\\r include "{f}"\n' + KERNEL,
+        "pasted_pragma": ('#define S(x) #x\n#define X(x) S(x)\n#define CAT(a, b) a##b\n'
+                          f'CAT(_Pra, gma)(X(GCC dependency "{f}"))\n' + KERNEL),
     }
+
+
+def test_a_pragma_built_by_pasting_cannot_tell_which_paths_exist(planted, judge_env):
+    """No text check sees `CAT(_Pra, gma)(…)`, and Landlock does not stop `stat`: the compiler's message
+    is all that would tell a file shut out from a missing one, and it reads the same for both."""
+    _, secret_file, candidates = planted
+    code = candidates["pasted_pragma"]
+    present = judge_static(Candidate("cuda", code, None, "a"), TASK, use_cache=False)
+    absent = judge_static(Candidate("cuda", code.replace(str(secret_file), str(secret_file) + "-missing"), None, "b"),
+                          TASK, use_cache=False)
+    assert present.category == absent.category
+    assert present.assembler_log.replace(str(secret_file), "F") == \
+        absent.assembler_log.replace(str(secret_file) + "-missing", "F")
 
 
 @pytest.fixture(scope="module")
