@@ -140,5 +140,6 @@ def run_executed(task: Any, static: Any, plan: SizePlan, device_index: int = 0) 
     report = executed_families(counts, list(static.require))
     report.update({"tool": "ncu sass__inst_executed_per_opcode", "exit": code, "sizes": plan.sizes,
                    "opcodes": dict(sorted(counts.items(), key=lambda kv: -kv[1])[:40]),
-                   "tail": "" if counts else text[-3000:]})
+                   # ncu's own words when it counted nothing, or nothing of a requested family: what to look at.
+                   "tail": "" if counts and report.get("executed") else text[-3000:]})
     return report

@@ -125,6 +125,7 @@ def test_sanitize_finds_the_bad_store(runner, data):
     assert report["category"] == "illegal_address"
 
 
+@pytest.mark.timing        # Nsight Compute replays the launch; alone on the GPU, as a release run has it
 def test_executed_counts_tma_and_cluster_instructions(runner, data):
     task = get_task(TASK)
     static = judge_static(data / "vadd_tma_cluster.ptx", task, require=["tma", "mbarrier", "cluster"])
