@@ -48,4 +48,9 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     stages = sorted({o.case.stage for o in _outcomes.values()})
     where = (f"Made by `pytest tests/hostile` on {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC "
              f"({', '.join(stages)} cases run here).")
+    # Several pytest processes (the fast GPU suite's xdist workers, its timed phase) each write their own.
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker or Path(target).exists():
+        base = Path(target)
+        target = str(base.with_name(f"{base.stem}-{worker or 'main'}-{os.getpid()}{base.suffix}"))
     Path(target).write_text(report_markdown(_outcomes, load_cases(), title="Hostile candidates", where=where))
