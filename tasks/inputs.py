@@ -8,6 +8,11 @@ Distributions (a spec's `input_distribution`, or an input's own `distribution`):
 - ``uniform``: U(−1, 1).
 - ``scaled_rows``: ``spiky``, each row (every index but the last) multiplied by its own 10^U(−1, 1), so
   rows differ in scale by up to a hundredfold: a row-wise kernel that assumes unit-scale rows is wrong.
+- ``hot_rows``: ``spiky``, and each row (every index but the last) with probability 1/128 multiplied
+  by 80: attention's queries as real activations have them, a few with scores in the hundreds. With
+  D = 128 such a row's logits reach about ±280 (`scale·q·k` is N(0, 80²)), past what exp can hold in
+  float32 (88.7) and farther apart than any fixed offset can bring into range (from −87 to 88): a
+  softmax without its running maximum overflows or underflows there, whatever constant it subtracts.
 
 Tasks whose outputs depend on the size of their inputs draw from a distribution with a tail
 (``spiky``, ``scaled_rows``): a kernel that is right only for values near the mean is caught.
@@ -31,6 +36,8 @@ if TYPE_CHECKING:
 
 SPIKE_PROBABILITY = 1e-3
 SPIKE_STD = 10.0
+HOT_ROW_PROBABILITY = 1 / 128
+HOT_ROW_SCALE = 80.0
 
 def draw(shape: tuple[int, ...], distribution: str, gen: torch.Generator, device: str | torch.device) -> Tensor:
     """float32 values from one of the named distributions."""
@@ -40,7 +47,7 @@ def draw(shape: tuple[int, ...], distribution: str, gen: torch.Generator, device
         return torch.randn(shape, generator=gen, device=device)
     if distribution == "uniform":
         return torch.rand(shape, generator=gen, device=device) * 2 - 1
-    if distribution in ("spiky", "scaled_rows"):
+    if distribution in ("spiky", "scaled_rows", "hot_rows"):
         x = torch.randn(shape, generator=gen, device=device)
         spikes = torch.randn(shape, generator=gen, device=device) * SPIKE_STD
         hit = torch.rand(shape, generator=gen, device=device) < SPIKE_PROBABILITY
@@ -48,8 +55,11 @@ def draw(shape: tuple[int, ...], distribution: str, gen: torch.Generator, device
         if distribution == "scaled_rows" and len(shape) > 1:
             rows = torch.rand((*shape[:-1], 1), generator=gen, device=device) * 2 - 1
             x = x * torch.pow(10.0, rows)
+        if distribution == "hot_rows" and len(shape) > 1:
+            hot = torch.rand((*shape[:-1], 1), generator=gen, device=device) < HOT_ROW_PROBABILITY
+            x = torch.where(hot, x * HOT_ROW_SCALE, x)
         return x
-    raise ValueError(f"unknown distribution {distribution!r} (known: normal, spiky, uniform, scaled_rows)")
+    raise ValueError(f"unknown distribution {distribution!r} (known: normal, spiky, uniform, scaled_rows, hot_rows)")
 
 
 def make_inputs(task: TaskSpec, sizes: dict[str, int], seed: int, device: str | torch.device = "cpu") -> dict[str, Tensor]:
