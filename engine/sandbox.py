@@ -24,6 +24,7 @@ sets its limits, sets no_new_privs and restricts itself between fork and exec.
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import functools
 import os
@@ -277,7 +278,7 @@ class Confined:
     timed_out: bool
     output_dropped: int = 0         # bytes of output past the cap, counted and not kept
     max_rss: int = 0                # bytes, the largest of the process and its children
-    cap_hit: str = ""               # the limit the process ran into: address_space, cpu_seconds, file_size, output
+    cap_hit: str = ""               # the limit it ran into: address_space, cpu_seconds, file_size; or killed
     sandbox: str = ""
 
     @property
@@ -290,11 +291,15 @@ _HEAD = 1 * MiB
 
 
 class _Capture:
-    """A head and a tail of a stream: a flood of messages costs neither memory nor time."""
+    """A head and a tail of a stream: a flood of messages costs neither memory nor time (the tail is a
+    queue of chunks dropped whole from its front, never a buffer moved on every read)."""
+
+    _TAIL = MAX_OUTPUT_BYTES // 2 - _HEAD
 
     def __init__(self) -> None:
         self.head = bytearray()
-        self.tail = bytearray()
+        self.tail: collections.deque[bytes] = collections.deque()
+        self.tail_bytes = 0
         self.dropped = 0
 
     def add(self, chunk: bytes) -> None:
@@ -303,15 +308,21 @@ class _Capture:
             self.head += chunk[:room]
             chunk = chunk[room:]
         if chunk:
-            self.tail += chunk
-            extra = len(self.tail) - (MAX_OUTPUT_BYTES // 2 - _HEAD)
-            if extra > 0:
-                del self.tail[:extra]
-                self.dropped += extra
+            self.tail.append(chunk)
+            self.tail_bytes += len(chunk)
+            while self.tail_bytes - len(self.tail[0]) >= self._TAIL:
+                self.dropped += len(self.tail[0])
+                self.tail_bytes -= len(self.tail.popleft())
+
+    @property
+    def not_kept(self) -> int:
+        return self.dropped + max(self.tail_bytes - self._TAIL, 0)
 
     def text(self) -> str:
-        gap = f"\n[... {self.dropped} bytes of tool output not kept ...]\n".encode() if self.dropped else b""
-        return (bytes(self.head) + gap + bytes(self.tail)).decode("utf-8", "replace")
+        tail = b"".join(self.tail)
+        tail = tail[max(len(tail) - self._TAIL, 0):]
+        gap = f"\n[... {self.not_kept} bytes of tool output not kept ...]\n".encode() if self.not_kept else b""
+        return (bytes(self.head) + gap + tail).decode("utf-8", "replace")
 
 
 @dataclass
@@ -459,7 +470,7 @@ def _communicate(proc: subprocess.Popen[bytes], timeout: float) -> tuple[str, st
     _kill_group(proc.pid)
     proc.stdout.close()
     proc.stderr.close()
-    return out.text(), err.text(), timed_out, out.dropped + err.dropped, max_rss
+    return out.text(), err.text(), timed_out, out.not_kept + err.not_kept, max_rss
 
 
 def _reap(proc: subprocess.Popen[bytes], deadline: float | None) -> tuple[int | None, int]:
