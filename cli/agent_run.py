@@ -18,7 +18,7 @@ import typer
 from ptxbench.cli.conventions import ExitCode, fail, reported, run_reported, say_error
 
 
-def run_agent_command(*, db_path: Path | None, as_json: bool, fallback: str, timeout: float, backoff: float,
+def run_agent_command(*, db_path: Path | None, create: bool, as_json: bool, fallback: str, timeout: float, backoff: float,
                       plain_printer: Any, plain_summary: Any, **options: Any) -> None:
     """`plain_printer` and `plain_summary` show a plain run's events and summary (cli/run.py's), for
     the fallback to the multi-turn mode."""
@@ -31,7 +31,7 @@ def run_agent_command(*, db_path: Path | None, as_json: bool, fallback: str, tim
         if fallback not in agent.FALLBACKS:
             raise fail("run", f"--agent-fallback: use {' or '.join(agent.FALLBACKS)}")
         configs = agent.agent_configs(timeout_s=timeout, backoff_s=backoff, **options)
-        db = runs.open_store(db_path)
+        db = runs.open_store(db_path, create=create)
     status = ExitCode.OK
     for config in configs:
         show = _json_event if as_json else _printer(err, plain_printer(err))

@@ -5,11 +5,15 @@
   traceback (`PTXBENCH_DEBUG=1` shows one where a command catches the unexpected).
 - A command is a plain function; `register(app, COMMANDS)` adds a table of them (name →
   function) to a typer app, the top-level one in main.py and the `fixit` group alike.
+- A file a command writes goes through `check_outputs` (every target, before the work) and
+  `write_file`: a store, its -wal/-shm/-journal or any SQLite file is refused with one line and
+  nothing written; a file is written whole or not at all (db/files.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from enum import IntEnum
 from typing import Any, NoReturn
@@ -61,6 +65,44 @@ def reported(command: str, *, store: ExitCode = ExitCode.USAGE) -> Iterator[None
         raise fail(command, str(exc), ExitCode.TOOL) from None
     except StoreError as exc:
         raise fail(command, str(exc), store) from None
+
+
+def check_outputs(
+    command: str,
+    targets: Iterable[os.PathLike[str] | str | None],
+    *,
+    stores: Iterable[os.PathLike[str] | str | None] = (),
+) -> None:
+    """Refuse, before any work, an output that is a store in use (`stores`, and every store this
+    process opened), its -wal, -shm or -journal, any SQLite file, or a folder. None and '-'
+    (standard output) are left out."""
+    from ptxbench.db.files import check_output
+    from ptxbench.db.store import StoreError
+
+    stores = list(stores)
+    for target in targets:
+        if target is None or os.fspath(target) == "-":
+            continue
+        try:
+            check_output(target, stores=stores)
+        except StoreError as exc:
+            raise fail(command, str(exc)) from None
+
+
+def write_file(
+    command: str, target: os.PathLike[str] | str, text: str, *, stores: Iterable[os.PathLike[str] | str | None] = ()
+) -> None:
+    """Write `text` to `target`, checked as `check_outputs` does, through a temporary file renamed into
+    place (a failed write leaves the old file, or none); a refusal or an OS error is the error line."""
+    from ptxbench.db.files import write_output
+    from ptxbench.db.store import StoreError
+
+    try:
+        write_output(target, text, stores=stores)
+    except StoreError as exc:
+        raise fail(command, str(exc)) from None
+    except OSError as exc:
+        raise fail(command, f"cannot write {os.fspath(target)}: {exc.strerror or exc}") from None
 
 
 @contextmanager

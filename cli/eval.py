@@ -14,8 +14,11 @@ and `--cluster tcp://host:8786` (or `local[:N]`) sends it to a Dask cluster's GP
 `--json-progress` one JSON object per line as docs/eval-progress.md describes (what the
 explorer follows).
 
+`--db` must name an existing store (`--create` makes a new, empty one there): a mistyped path
+is refused rather than judged as an empty store.
+
 Exit status: 0 when the batch ran (whatever the verdicts, cancelled too); 1 when the tool
-failed on every sample it tried; 2 for a usage mistake or a store that will not open.
+failed on every sample it tried; 2 for a usage mistake or a store that will not open or is not there.
 """
 
 from __future__ import annotations
@@ -119,6 +122,7 @@ class RichProgress:
 
 def eval_command(
     db: Annotated[Optional[Path], typer.Option("--db", help="store file (default: the user's store)")] = None,
+    create: Annotated[bool, typer.Option("--create", help="make a new store at --db if there is none (without it a --db that is not a store is refused)")] = False,
     sample: Annotated[Optional[list[int]], typer.Option("--sample", help="sample id (repeat for several)")] = None,
     task: Annotated[Optional[str], typer.Option("--task", help="every sample of this task")] = None,
     all_unjudged: Annotated[bool, typer.Option("--all-unjudged", help="samples with no judgement yet (resumes a batch)")] = False,
@@ -131,7 +135,8 @@ def eval_command(
     cluster: Annotated[Optional[str], typer.Option("--cluster", help="a Dask scheduler (tcp://host:8786) or local[:N]; needs ptxbench[cluster]")] = None,
 ) -> None:
     """Judge samples from the store and append one evaluation row per sample."""
-    from ptxbench.db.store import StoreError, open_store
+    from ptxbench.db.seed import open_for_writing
+    from ptxbench.db.store import StoreError
     from ptxbench.services.batch import run_batch, select_samples
     from ptxbench.services.errors import UsageError
     from ptxbench.services.parallel import batch_archs, make_backend, run_parallel_batch
@@ -146,7 +151,7 @@ def eval_command(
         except KeyError as exc:
             raise fail("eval", str(exc.args[0] if exc.args else exc)) from None
     try:
-        store = open_store(db)
+        store = open_for_writing(db, create=create, seed=False)
     except (StoreError, OSError) as exc:
         raise fail("eval", str(exc)) from None
     ids = select_samples(store, sample, task, all_unjudged, static)

@@ -34,6 +34,7 @@ app = typer.Typer(no_args_is_help=True, add_completion=False,
 DbOpt = Annotated[Optional[Path], typer.Option("--db", help="store file (default: the user's store)")]
 TaskOpt = Annotated[Optional[list[str]], typer.Option("--task", help="only these tasks (repeatable)")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON object instead of tables")]
+CreateOpt = Annotated[bool, typer.Option("--create", help="make a new store at --db if there is none (without it a --db that is not a store is refused)")]
 
 
 def _console() -> Any:
@@ -42,11 +43,12 @@ def _console() -> Any:
     return console()
 
 
-def _open(db: Path | None, command: str) -> Any:
+def _open(db: Path | None, command: str, *, create: bool = False, hint: str | None = None) -> Any:
+    """The store a command reads and adds to: a named one must exist unless `create`."""
     from ptxbench.services.fixit import open_store
 
     with reported(f"fixit {command}"):
-        return open_store(db)
+        return open_store(db, create=create, hint=hint)
 
 
 def _table(title: str, rows: list[tuple[Any, ...]], headers: tuple[str, ...]) -> Any:
@@ -71,6 +73,7 @@ def pairs(
     marked_only: Annotated[bool, typer.Option("--marked-only", help="only samples a person marked as Fixit candidates")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="report, store nothing")] = False,
     as_json: JsonOpt = False,
+    create: CreateOpt = False,
 ) -> None:
     """Find fix pairs for failed samples and store the verified ones.
 
@@ -78,7 +81,7 @@ def pairs(
     is stored (with a derived explanation) when its fix passes the train sizes."""
     from ptxbench.services.fixit import find_pairs
 
-    store = _open(db, "pairs")
+    store = _open(db, "pairs", create=create)
     with reported("fixit pairs"):
         outcome = find_pairs(store, tasks=task, models=model, kinds=kind, allow_static=allow_static,
                              marked_only=marked_only, dry_run=dry_run)
@@ -120,6 +123,7 @@ def repair(
     retries: Annotated[int, typer.Option("--retries", min=0)] = 6,
     api_key_env: Annotated[Optional[str], typer.Option("--api-key-env", help="name of the variable holding the key")] = None,
     as_json: JsonOpt = False,
+    create: CreateOpt = False,
 ) -> None:
     """Ask a (stronger) model to repair failed samples.
 
@@ -134,7 +138,7 @@ def repair(
     with reported("fixit repair"):
         require_context(context)
         key = api_key(api_key_env)
-    store = _open(db, "repair")
+    store = _open(db, "repair", create=create)
     with reported("fixit repair"):
         targets = repair_targets(store, tasks=task, allow_static=allow_static, include_fixed=include_fixed, limit=limit)
     if not targets:
@@ -173,6 +177,7 @@ def explain(
     concurrency: Annotated[int, typer.Option("--concurrency", min=1)] = 4,
     api_key_env: Annotated[Optional[str], typer.Option("--api-key-env")] = None,
     as_json: JsonOpt = False,
+    create: CreateOpt = False,
 ) -> None:
     """Explain the stored pairs, by a model or derived from the diff.
 
@@ -185,7 +190,7 @@ def explain(
 
     if (model is None) != (base_url is None):
         raise fail("fixit explain", "--model and --base-url go together (leave both out for derived explanations)")
-    store = _open(db, "explain")
+    store = _open(db, "explain", create=create)
     with reported("fixit explain"):
         pairs_ = counting_pairs(store, tasks=task, allow_static=allow_static)
         try:
@@ -223,6 +228,7 @@ def export(
     explanation: Annotated[str, typer.Option("--explanation", help="preferred (a model's, then one written with the data, then derived) or derived")] = "preferred",
     seed: Annotated[int, typer.Option("--seed")] = 0,
     as_json: JsonOpt = False,
+    create: CreateOpt = False,
 ) -> None:
     """Write the fine-tuning set (JSONL, optionally Parquet) and its statistics.
 
@@ -236,7 +242,7 @@ def export(
                                 heldout_tasks=tuple(heldout_task or ()), heldout_variants=tuple(heldout_variant or ()),
                                 heldout_size_failures=heldout_size_failures, dedup_threshold=dedup_threshold,
                                 allow_static=allow_static, context=context, explanation=explanation, seed=seed)
-        store = _open(db, "export")
+        store = _open(db, "export", create=create)
         stats, considered = export_set(store, request)
     if as_json:
         typer.echo(json.dumps(stats, default=str))
@@ -265,7 +271,7 @@ def stats(db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """What the store holds for Fixit: pairs per category, task, arch, kind; the last export."""
     from ptxbench.services.fixit import store_stats
 
-    result = store_stats(_open(db, "stats"))
+    result = store_stats(_open(db, "stats", hint="check the --db path"))
     if as_json:
         typer.echo(json.dumps(result, default=str))
         return

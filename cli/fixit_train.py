@@ -12,7 +12,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ptxbench.cli.conventions import reported
+from ptxbench.cli.conventions import check_outputs, reported, write_file
 from ptxbench.engine.inert import inert
 
 
@@ -97,15 +97,16 @@ def remeasure(
     engine judges every reply."""
     from ptxbench.services.fixit_training import remeasure as run_remeasure
 
+    check_outputs("fixit remeasure", (out, markdown))  # before the long work, not after it
     with reported("fixit remeasure"):
         report, table = run_remeasure(
             data, model_dir, adapter, train_tasks=train_task, heldout_tasks=heldout_task, samples_per_task=samples,
             max_new_tokens=max_new_tokens, temperature=temperature, max_prompt_tokens=max_prompt_tokens,
             repair_examples=repair_examples, context=context, seed=seed, device=device,
             loss_max_len=max_prompt_tokens or 1024)
-    out.write_text(json.dumps(report, indent=2, default=str))
+    write_file("fixit remeasure", out, json.dumps(report, indent=2, default=str))
     if markdown is not None:
-        markdown.write_text(table)
+        write_file("fixit remeasure", markdown, table)
     typer.echo(inert(table))  # it quotes what the models replied
 
 

@@ -4,9 +4,12 @@ A file with a bad line is refused as a whole, every problem listed with its line
 nothing is written. Importing the same file again skips what is stored and judges what is
 still unjudged (services/runs.py).
 
+`--db` must name an existing store; `--create` makes a new one there (the default store is
+created and seeded on first use either way).
+
 Exit status: 0 when the file was imported (whatever the verdicts); 2 for a bad file, a store
-that will not open, or usage; 1 when the tool failed on a sample (the samples stay, unjudged;
-import again to retry).
+that will not open or is not there, or usage; 1 when the tool failed on a sample (the samples
+stay, unjudged; import again to retry).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from ptxbench.cli.conventions import ExitCode, fail, reported
 def import_command(
     file: Annotated[Path, typer.Argument(help="JSONL: one response or candidate per line (docs/models.md)", show_default=False)],
     db_path: Annotated[Optional[Path], typer.Option("--db", help="store (default: $PTXBENCH_DB or the user data folder)")] = None,
+    create: Annotated[bool, typer.Option("--create", help="make a new store at --db if there is none (without it a --db that is not a store is refused)")] = False,
     judge: Annotated[bool, typer.Option("--judge/--no-judge", help="judge the imported samples")] = True,
     gpu: Annotated[str, typer.Option("--gpu", help="auto, on or off: GPU stages where a GPU is present")] = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
@@ -35,7 +39,7 @@ def import_command(
     err = console(stderr=True)
     with reported("import"):
         try:
-            report = import_responses(file, db_path=db_path, judge=judge, gpu=gpu,
+            report = import_responses(file, db_path=db_path, create=create, judge=judge, gpu=gpu,
                                       progress=None if as_json else _printer(err))
         except ImportFileError as exc:
             raise fail("import", str(exc)) from None

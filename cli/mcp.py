@@ -3,8 +3,8 @@
 stdio by default (an MCP client starts `ptxbench mcp` itself); `--transport streamable-http` or
 `sse` listens on 127.0.0.1 only. Each session is recorded as a run of the agent.
 
-Exit status: 0 when the client went away; 2 for a usage mistake (or no `mcp` package); 1 when
-the tool failed.
+Exit status: 0 when the client went away; 2 for a usage mistake (or no `mcp` package, or a
+`--db` that is not a store, unless `--create`); 1 when the tool failed.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from ptxbench.cli.conventions import ExitCode, fail, reported
 
 def mcp_command(
     db_path: Annotated[Optional[Path], typer.Option("--db", help="store (default: $PTXBENCH_DB or the user data folder)")] = None,
+    create: Annotated[bool, typer.Option("--create", help="make a new store at --db if there is none (without it a --db that is not a store is refused)")] = False,
     agent_name: Annotated[Optional[str], typer.Option("--agent-name", help="the agent's name in the store (default: the name the client gives)")] = None,
     context: Annotated[str, typer.Option("--context", help="context level of the prompts describe_task gives: none, brief, full")] = "none",
     tasks: Annotated[str, typer.Option("--tasks", help="task ids, comma-separated, or all")] = "all",
@@ -32,7 +33,7 @@ def mcp_command(
     from ptxbench.services import mcp_server
 
     with reported("mcp"):
-        settings = mcp_server.settings_for(db_path=db_path, agent_name=agent_name, context=context, tasks=tasks,
+        settings = mcp_server.settings_for(db_path=db_path, create=create, agent_name=agent_name, context=context, tasks=tasks,
                                            gpu=gpu, rate_per_minute=rate, gpu_budget_s=gpu_seconds)
         if transport not in mcp_server.TRANSPORTS:
             raise fail("mcp", f"--transport: use {', '.join(mcp_server.TRANSPORTS)}")

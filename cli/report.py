@@ -6,7 +6,12 @@ speedups and pass@k, grouped by any of task, model, arch, context, split and
 turn budget. A rate of "—" means nothing was known (for example correctness
 on a machine with no GPU).
 
-Exit status: 0; 2 for a usage mistake or a store that cannot be read.
+`--json`, `--csv` and `--markdown` never write over the store, its -wal, -shm or -journal, or
+any other SQLite file (refused before the store is read, nothing written), and a file is
+written whole or not at all (cli/conventions.py `write_file`).
+
+Exit status: 0; 2 for a usage mistake, an output that would overwrite a database, or a store
+that cannot be read.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ptxbench.cli.conventions import fail, reported
+from ptxbench.cli.conventions import check_outputs, fail, reported, write_file
 from ptxbench.engine.inert import inert
 
 RATE_COLUMNS = (
@@ -74,6 +79,8 @@ def report_command(
         raise fail("report", "--turn-budgets: give budgets of 1 or more")
     if markdown_out is not None and not headline:
         raise fail("report", "--markdown goes with --headline")
+    store = _store_path(db_path)
+    check_outputs("report", (json_out, csv_out, markdown_out), stores=[store])
     if headline:
         from ptxbench.cli import headline as table
         from ptxbench.services.metrics import headline as compute, paper_source
@@ -83,11 +90,11 @@ def report_command(
                             archs=_split_list(arch), contexts=_split_list(context), run_ids=run_ids,
                             include_reference=include_reference)
         if json_out is not None:
-            _write(json_out, table.json_text(lines))
+            _write(json_out, table.json_text(lines), store)
         if csv_out is not None:
-            _write(csv_out, _csv([table.flat(line) for line in lines]))
+            _write(csv_out, _csv([table.flat(line) for line in lines]), store)
         if markdown_out is not None:
-            _write(markdown_out, table.markdown(lines, paper_source()))
+            _write(markdown_out, table.markdown(lines, paper_source()), store)
         if "-" not in (str(json_out), str(csv_out), str(markdown_out)):
             table.render(console(width=max(console().width, 200)), lines, paper_source())
         return
@@ -97,20 +104,33 @@ def report_command(
                        run_ids=run_ids, include_reference=include_reference)
     flat = [r.as_dict() for r in rows]
     if json_out is not None:
-        _write(json_out, json.dumps(flat, indent=2, default=str) + "\n")
+        _write(json_out, json.dumps(flat, indent=2, default=str) + "\n", store)
     if csv_out is not None:
-        _write(csv_out, _csv(flat))
+        _write(csv_out, _csv(flat), store)
     if "-" not in (str(json_out), str(csv_out)):
         render(console(), rows, group_by)
 
 
-def _write(target: Path, text: str) -> None:
+def _store_path(db_path: Path | None) -> Path | None:
+    """The store the report reads (None when the default store's folder cannot even be made: the
+    read says so)."""
+    if db_path is not None:
+        return db_path
+    from ptxbench.db.store import StoreError, default_store_path
+
+    try:
+        return default_store_path()
+    except StoreError:
+        return None
+
+
+def _write(target: Path, text: str, store: Path | None) -> None:
     if str(target) == "-":
         # To a terminal, perhaps: a model's or a task's name with control characters is shown inert
         # (JSON has none left; the file written below keeps the text as it is).
         sys.stdout.write(inert(text))
     else:
-        target.write_text(text, encoding="utf-8")
+        write_file("report", target, text, stores=[store])
 
 
 def _csv(rows: list[dict[str, Any]]) -> str:

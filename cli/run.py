@@ -11,7 +11,7 @@ are judged at once; the turns of one trajectory stay in order. Neither applies t
 Exit status: 0 when every trajectory finished; 3 when some requests or
 judgements failed (what was stored stays; run the command again to resume);
 4 when the endpoint refused the run (bad key, unknown model); 2 for a usage
-mistake; 1 when the tool itself failed.
+mistake (a `--db` that is not a store included, unless `--create`); 1 when the tool itself failed.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ def run_command(
     run_name: Annotated[Optional[str], typer.Option("--run-name", help="name of the run (default from model, context, prompts, temperature); the same name resumes")] = None,
     gpu: Annotated[str, typer.Option("--gpu", help="auto, on or off: GPU stages where a GPU of the task's arch is present")] = "auto",
     db_path: Annotated[Optional[Path], typer.Option("--db", help="store (default: $PTXBENCH_DB or the user data folder)")] = None,
+    create: Annotated[bool, typer.Option("--create", help="make a new store at --db if there is none (without it a --db that is not a store is refused)")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object per event on stdout")] = False,
     agent: Annotated[bool, typer.Option("--agent", help="the model works with tools (assemble, check, time, submit) through the endpoint's function calling (docs/agents.md)")] = False,
     agent_fallback: Annotated[str, typer.Option("--agent-fallback", help="with --agent, on an endpoint without function calling: none (refuse) or turns (the plain multi-turn mode)")] = "none",
@@ -72,7 +73,7 @@ def run_command(
         run_agent_command(
             model=model, base_url=base_url, tasks=tasks, arch=arch, context=context, gpu=gpu, api_key_env=api_key_env,
             run_name=run_name, samples=samples, turns=turns or 8, temperature=temperature, max_tokens=max_tokens,
-            concurrency=concurrency, timeout=timeout, retries=retries, backoff=backoff, db_path=db_path,
+            concurrency=concurrency, timeout=timeout, retries=retries, backoff=backoff, db_path=db_path, create=create,
             as_json=as_json, fallback=agent_fallback, tool_calls=max_tool_calls, tokens=max_episode_tokens,
             wall_s=max_episode_seconds, gpu_s=max_episode_gpu_seconds, plain_printer=_printer, plain_summary=_summary)
         return
@@ -87,7 +88,7 @@ def run_command(
             model=model, base_url=base_url, tasks=tasks, arch=arch, context=context, gpu=gpu, api_key_env=api_key_env,
             run_name=run_name, samples=samples, turns=turns, temperature=temperature, max_tokens=max_tokens,
             concurrency=concurrency, timeout_s=timeout, retries=retries, backoff_s=backoff)
-        db = runs.open_store(db_path)
+        db = runs.open_store(db_path, create=create)
     show = _json_event if as_json else _printer(err)
     stop = SignalStop()  # SIGINT/SIGTERM: no more requests; running judgements write their rows
     with reported("run"):

@@ -22,6 +22,19 @@ class StoreError(Exception):
     """The store cannot be used as asked; the message says why and what to do."""
 
 
+class NoStore(StoreError):
+    """A store named by its path is not there (or is an empty file, which SQLite would take for a
+    new database)."""
+
+
+# What a command that adds data says when the store it was given is not there.
+CREATE_HINT = "check the --db path, or add --create to make a new store there"
+
+# The stores this process has opened, each as given (absolute) and as resolved: files written
+# by PTXBench are checked against them (db/files.py) without opening them.
+_OPENED: set[str] = set()
+
+
 @dataclass(frozen=True)
 class Access:
     """How this process may use a store file."""
@@ -38,6 +51,28 @@ def sidecars(path: Path) -> tuple[Path, Path]:
     return path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")
 
 
+def remember_store(path: Path) -> None:
+    """Note a store this process opens (db/files.py keeps every output off it and its -wal,
+    -shm and -journal)."""
+    _OPENED.add(os.path.abspath(path))
+    _OPENED.add(os.path.realpath(path))
+
+
+def opened_stores() -> tuple[Path, ...]:
+    """Every store this process has opened, as given and as resolved."""
+    return tuple(Path(p) for p in sorted(_OPENED))
+
+
+def require_store(path: Path, *, hint: str = CREATE_HINT) -> None:
+    """Refuse a store a person named for a command that adds data when it is not there, a
+    folder, or an empty file: a mistyped --db must not silently become a new, empty store
+    that takes the data. NoStore says the path and `hint` (how to make one)."""
+    try:
+        check_file(path, must_exist=True, create=False)
+    except NoStore as exc:
+        raise NoStore(f"{exc}: {hint}") from None
+
+
 def check_file(path: Path, *, must_exist: bool, create: bool = True) -> None:
     """Refuse a folder, a missing store (when it must exist, or may not be created) and, unless
     `create`, an empty file: SQLite would take an empty file for a new database and the
@@ -46,7 +81,7 @@ def check_file(path: Path, *, must_exist: bool, create: bool = True) -> None:
         st = path.stat()
     except FileNotFoundError:
         if must_exist or not create:
-            raise StoreError(f"no store at {path}") from None
+            raise NoStore(f"no store at {path}") from None
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -58,7 +93,7 @@ def check_file(path: Path, *, must_exist: bool, create: bool = True) -> None:
         raise StoreError(f"{path} is a folder, not a store file")
     wal, _ = sidecars(path)
     if st.st_size == 0 and not create and not (wal.exists() and wal.stat().st_size > 0):
-        raise StoreError(f"{path} is an empty file, not a PTXBench store")
+        raise NoStore(f"{path} is an empty file, not a PTXBench store")
 
 
 def store_access(path: Path) -> Access:

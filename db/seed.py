@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 import sqlite_utils
 
+from ptxbench.db.access import CREATE_HINT, require_store
 from ptxbench.db.queries import get_model, get_sample, get_task
 from ptxbench.db.records import Evaluation, Fix, Measurement, Run, Sample, Task, canonical_json, content_hash
 from ptxbench.db.seed_files import SampleEntry, SeedData, SeedError, load_seed_dir, read_repo_file
@@ -323,6 +324,24 @@ def _parents_first(samples: list[SampleEntry]) -> list[SampleEntry]:
 
 
 # -- the default store --------------------------------------------------------------
+
+
+def open_for_writing(
+    path: str | Path | None,
+    *,
+    create: bool = False,
+    seed: bool = True,
+    hint: str = CREATE_HINT,
+) -> sqlite_utils.Database:
+    """The store a command adds data to (`eval`, `import`, `run`, `mcp`, Fixit's writers).
+
+    `path` None is the default store, created on first use (and with `seed`, seeded) as
+    always. A path a person named must already be a store unless `create`: a mistyped `--db`
+    would otherwise become a new, empty store that silently takes the data. NoStore says the
+    path and `hint`. With `seed` the store is seeded as `ensure_default_store` does."""
+    if path is not None and not create:
+        require_store(Path(path), hint=hint)
+    return ensure_default_store(path) if seed else open_store(path)
 
 
 def ensure_default_store(

@@ -29,9 +29,9 @@ from pathlib import Path
 
 import sqlite_utils
 
-from ptxbench.db.access import StoreError, check_file, reader_uri, store_access
+from ptxbench.db.access import NoStore, StoreError, check_file, reader_uri, remember_store, store_access
 
-__all__ = ["StoreError", "StoreLocked", "StoreDamaged", "StoreReadOnly", "SchemaTooNew", "open_store"]  # and the rest
+__all__ = ["StoreError", "NoStore", "StoreLocked", "StoreDamaged", "StoreReadOnly", "SchemaTooNew", "open_store"]  # and the rest
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 ENV_VAR = "PTXBENCH_DB"
@@ -147,6 +147,7 @@ def open_store(
                 raise
         return db
     check_file(path, must_exist=False, create=create)
+    remember_store(path)
     if path.exists():
         access = store_access(path)
         if not access.writable:
@@ -179,6 +180,7 @@ def connect_reader(
     `immutable=1` on read-only media with no WAL left to read). `shared` lets the
     connection move between threads, for a pool that lends it to one thread at a time."""
     check_file(path, must_exist=True, create=create)
+    remember_store(path)
     conn = _connect(path, readonly=True, timeout=timeout, factory=factory, shared=shared)
     try:
         version = _read_version(sqlite_utils.Database(conn, execute_plugins=False), path)
@@ -315,8 +317,13 @@ def write_transaction(db: sqlite_utils.Database) -> Iterator[sqlite_utils.Databa
 
 
 def _db_path(db: sqlite_utils.Database) -> Path:
+    return store_file(db) or Path(":memory:")
+
+
+def store_file(db: sqlite_utils.Database) -> Path | None:
+    """The file of an open store (None for one in memory)."""
     row = db.execute("PRAGMA database_list").fetchone()
-    return Path(row[2]) if row and row[2] else Path(":memory:")
+    return Path(row[2]) if row and row[2] else None
 
 
 # -- migrations -----------------------------------------------------------------

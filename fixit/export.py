@@ -19,7 +19,7 @@ import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from ptxbench.fixit.explain import derived_explanation
 from ptxbench.fixit.judgement import judgement_text
@@ -123,12 +123,18 @@ def write_jsonl(path: Path | str, examples: Iterable[Example]) -> int:
     write never leaves half a set behind."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    n = 0
     with open(tmp, "w", encoding="utf-8") as fh:
-        for ex in examples:
-            fh.write(json.dumps(ex.to_dict(), ensure_ascii=False) + "\n")
-            n += 1
+        n = dump_jsonl(fh, examples)
     tmp.replace(path)
+    return n
+
+
+def dump_jsonl(fh: IO[str], examples: Iterable[Example]) -> int:
+    """The examples as JSON lines to an open text file; how many."""
+    n = 0
+    for ex in examples:
+        fh.write(json.dumps(ex.to_dict(), ensure_ascii=False) + "\n")
+        n += 1
     return n
 
 
@@ -154,6 +160,15 @@ def read_jsonl(path: Path | str, split: str | None = None) -> list[Example]:
 def write_parquet(path: Path | str, examples: Iterable[Example]) -> int:
     """The same examples as a Parquet table: id, split, messages (list of role/content), and the
     meta fields as columns."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    n = dump_parquet(tmp, examples)
+    tmp.replace(path)
+    return n
+
+
+def dump_parquet(where: Path | str | IO[bytes], examples: Iterable[Example]) -> int:
+    """The examples as a Parquet table (`write_parquet`) to a path or an open binary file; how many."""
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -166,12 +181,9 @@ def write_parquet(path: Path | str, examples: Iterable[Example]) -> int:
         for k, v in ex.meta.items():
             row[k] = v if v is None or isinstance(v, (int, float, str, bool)) else json.dumps(v)
         rows.append(row)
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
     if rows:
         table = pa.Table.from_pylist(rows)
     else:
         table = pa.table({"id": pa.array([], pa.string()), "split": pa.array([], pa.string())})
-    pq.write_table(table, tmp)
-    tmp.replace(path)
+    pq.write_table(table, where)
     return len(rows)

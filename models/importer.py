@@ -9,7 +9,10 @@ skipped, so importing the same file again only judges what is still unjudged.
 
 Files named by a line (`code_file`, `manifest_file`) are read relative to the
 JSONL file's folder and must stay inside it: absolute paths, `..` that climbs
-out, and links that point outside are refused.
+out, and links that point outside are refused. A file that is the store, its
+-wal, -shm or -journal, or any other SQLite database is a problem of its line and
+is never opened (db/files.py: closing a descriptor of the store would drop this
+process's SQLite locks on it).
 """
 
 from __future__ import annotations
@@ -22,11 +25,12 @@ from typing import Any
 
 import sqlite_utils
 
+from ptxbench.db.files import PathLike, database_reason
 from ptxbench.db.generation import find_run
 from ptxbench.db.judgement import add_judgement
 from ptxbench.db.queries import find_sample, latest_evaluation
 from ptxbench.db.records import Run, Sample
-from ptxbench.db.store import write_transaction
+from ptxbench.db.store import store_file, write_transaction
 from ptxbench.db.writes import CONTEXT_LEVELS, LANGUAGES, add_sample, create_run, get_or_create_model
 from ptxbench.models.judging import JudgeFailed, fill_candidate, judge_sample
 from ptxbench.tasks.spec import get_task, task_ids
@@ -99,11 +103,15 @@ def _inside(base: Path, name: str) -> Path:
     return target
 
 
-def _read_text(base: Path, name: str) -> str:
+def _read_text(base: Path, name: str, stores: tuple[PathLike, ...] = ()) -> str:
     path = _inside(base, name)
     if not path.is_file():
         raise ValueError(f"{name!r}: no such file in {base}")
-    data = path.read_bytes()
+    reason = database_reason(path, stores=stores)
+    if reason:
+        raise ValueError(f"{name!r}: not read: {reason}")
+    with path.open("rb") as fh:          # at most one byte past the limit: /dev/zero-like files end here
+        data = fh.read(MAX_FILE_BYTES + 1)
     if len(data) > MAX_FILE_BYTES:
         raise ValueError(f"{name!r} is over {MAX_FILE_BYTES} bytes")
     try:
@@ -112,8 +120,10 @@ def _read_text(base: Path, name: str) -> str:
         raise ValueError(f"{name!r} is not UTF-8 text") from None
 
 
-def parse_line(obj: Any, line: int, base: Path, default_run: str, known_tasks: set[str]) -> Entry:
-    """One JSON object → an Entry; raises ValueError naming the field."""
+def parse_line(obj: Any, line: int, base: Path, default_run: str, known_tasks: set[str],
+               stores: tuple[PathLike, ...] = ()) -> Entry:
+    """One JSON object → an Entry; raises ValueError naming the field. `stores`: the store being
+    written (a file a line names that is it, or any SQLite file, is refused unread)."""
     if not isinstance(obj, dict):
         raise ValueError("a line must be a JSON object")
     unknown = sorted(set(obj) - set(FIELDS))
@@ -148,7 +158,7 @@ def parse_line(obj: Any, line: int, base: Path, default_run: str, known_tasks: s
             raise ValueError("a response carries its own code and manifest: leave out language, manifest, manifest_file")
         entry.response = obj["response"]
         return entry
-    code = obj["code"] if obj.get("code") is not None else _read_text(base, obj["code_file"])
+    code = obj["code"] if obj.get("code") is not None else _read_text(base, obj["code_file"], stores)
     language = obj.get("language")
     if language is None and obj.get("code_file"):
         language = {".ptx": "ptx", ".cu": "cuda", ".cuh": "cuda"}.get(Path(obj["code_file"]).suffix.lower())
@@ -162,7 +172,7 @@ def parse_line(obj: Any, line: int, base: Path, default_run: str, known_tasks: s
         if manifest is not None:
             raise ValueError("give manifest or manifest_file, not both")
         try:
-            manifest = json.loads(_read_text(base, obj["manifest_file"]))
+            manifest = json.loads(_read_text(base, obj["manifest_file"], stores))
         except json.JSONDecodeError as exc:
             raise ValueError(f"manifest_file: not JSON ({exc.msg}, line {exc.lineno})") from None
         except RecursionError:
@@ -173,8 +183,13 @@ def parse_line(obj: Any, line: int, base: Path, default_run: str, known_tasks: s
     return entry
 
 
-def read_entries(path: Path) -> list[Entry]:
-    """Every line checked; raises ImportFileError listing all problems, or returns the entries."""
+def read_entries(path: Path, stores: tuple[PathLike, ...] = ()) -> list[Entry]:
+    """Every line checked; raises ImportFileError listing all problems, or returns the entries.
+    `stores`: the store being written; the file itself, or a file a line names, that is it (or any
+    SQLite file) is refused without being opened."""
+    reason = database_reason(path, stores=stores)
+    if reason:
+        raise ImportFileError(path, [f"not a JSONL file to import: {reason}"])
     base = path.resolve().parent
     known = set(task_ids())
     default_run = f"import:{path.name}"
@@ -204,7 +219,7 @@ def read_entries(path: Path) -> list[Entry]:
             problems.append(f"{where}: not JSON a reader can take ({type(exc).__name__}: {str(exc)[:120]})")
             continue
         try:
-            entry = parse_line(obj, number, base, default_run, known)
+            entry = parse_line(obj, number, base, default_run, known, stores)
         except ValueError as exc:
             problems.append(f"{where}: {exc}")
             continue
@@ -231,7 +246,7 @@ def import_file(db: sqlite_utils.Database, path: str | Path, *, judge: bool = Tr
     writing anything when a line is bad."""
     path = Path(path)
     note = progress or (lambda event: None)
-    entries = read_entries(path)
+    entries = read_entries(path, stores=tuple(s for s in (store_file(db),) if s is not None))
     report = ImportReport(path=str(path), lines=len(entries))
     source = f"import:{path}"
     new: list[Sample] = []

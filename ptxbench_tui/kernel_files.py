@@ -2,6 +2,8 @@
 
 An editor gets read-only temporary copies (the store is never edited from
 here) while the app is suspended; the copies are removed when it returns.
+An export never writes over the store, its -wal, -shm or -journal, or any
+other SQLite file, and is written whole or not at all (db/files.py).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from textual.app import App, SuspendNotSupported
+
+from ptxbench.db.files import atomic_output, check_output
 
 
 def editor_command() -> list[str]:
@@ -72,14 +76,17 @@ def open_in_editor(app: App, files: Sequence[tuple[str, str]], *, line: int | No
 FORMATS = ("csv", "json")
 
 
-def write_table(path: Path, columns: Sequence[str], rows: Iterable[dict[str, Any]], fmt: str) -> int:
-    """Write rows (dicts keyed by `columns`) as CSV or a JSON list; how many rows were written."""
+def write_table(path: Path, columns: Sequence[str], rows: Iterable[dict[str, Any]], fmt: str, *,
+                store: Path | None = None) -> int:
+    """Write rows (dicts keyed by `columns`) as CSV or a JSON list; how many rows were written.
+    UnsafeOutput (nothing written) when `path` is `store`, any store this process opened, a part of
+    one, or another SQLite file; the rows go to a temporary file renamed into place."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown export format {fmt!r} (csv or json)")
+    check_output(path, stores=[store])  # before a folder is made for it
     path.parent.mkdir(parents=True, exist_ok=True)
     n = 0
-    tmp = path.with_name(path.name + ".part")
-    with tmp.open("w", encoding="utf-8", newline="") as out:
+    with atomic_output(path, stores=[store], newline="") as out:
         if fmt == "csv":
             writer = csv.DictWriter(out, fieldnames=list(columns), extrasaction="ignore")
             writer.writeheader()
@@ -92,7 +99,6 @@ def write_table(path: Path, columns: Sequence[str], rows: Iterable[dict[str, Any
                 out.write(("\n " if n == 0 else ",\n ") + json.dumps({c: row.get(c) for c in columns}, default=str))
                 n += 1
             out.write("\n]\n")
-    tmp.replace(path)
     return n
 
 

@@ -19,12 +19,16 @@ from ptxbench.services.catalogue import require_context, require_tasks
 from ptxbench.services.errors import UsageError
 
 
-def open_store(db: Path | None) -> sqlite_utils.Database:
-    """The store named, or the default one (created and seeded). StoreError when it will not open."""
-    from ptxbench.db.seed import ensure_default_store
-    from ptxbench.db.store import open_store as open_path
+def open_store(db: Path | None, *, create: bool = False, hint: str | None = None) -> sqlite_utils.Database:
+    """The store named, or the default one (created and seeded). A named store must already exist
+    unless `create` (NoStore says the path and `hint`, by default how to make one). StoreError when it
+    will not open."""
+    from ptxbench.db.access import CREATE_HINT
+    from ptxbench.db.seed import ensure_default_store, open_for_writing
 
-    return open_path(db) if db is not None else ensure_default_store()
+    if db is None:
+        return ensure_default_store()
+    return open_for_writing(db, create=create, seed=False, hint=hint or CREATE_HINT)
 
 
 # -- pairs ------------------------------------------------------------------------------------------
@@ -159,9 +163,13 @@ class ExportRequest:
 
 def export_set(db: sqlite_utils.Database, request: ExportRequest) -> tuple[dict[str, Any], int]:
     """Write the fine-tuning set (JSONL, optionally Parquet) and OUT.stats.json; keep the statistics in
-    the store. Returns (statistics, how many stored pairs were considered)."""
+    the store. Returns (statistics, how many stored pairs were considered). Every file is checked
+    before any is written (UnsafeOutput, a StoreError, for the store, a part of it or any SQLite
+    file) and each is written whole or not at all (db/files.py)."""
+    from ptxbench.db.files import atomic_output, check_output
     from ptxbench.db.fixit import save_export_stats, stored_pairs
-    from ptxbench.fixit.export import build_examples, write_jsonl, write_parquet
+    from ptxbench.db.store import store_file
+    from ptxbench.fixit.export import build_examples, dump_jsonl, dump_parquet
     from ptxbench.fixit.select import SelectConfig, select_pairs
     from ptxbench.fixit.stats import diversity_stats
     from ptxbench.services.fixit_models import attach_feedback
@@ -172,6 +180,10 @@ def export_set(db: sqlite_utils.Database, request: ExportRequest) -> tuple[dict[
         raise UsageError("--explanation must be preferred or derived")
     if not r.out.parent.is_dir():
         raise UsageError(f"{r.out.parent} is not a folder")
+    stats_file = r.out.with_name(r.out.name.removesuffix(".jsonl") + ".stats.json")
+    outputs = [r.out, stats_file, *([r.parquet] if r.parquet is not None else [])]
+    for target in outputs:
+        check_output(target, stores=[store_file(db)])
     require_tasks(list(r.heldout_tasks))
     try:
         config = SelectConfig(
@@ -191,18 +203,19 @@ def export_set(db: sqlite_utils.Database, request: ExportRequest) -> tuple[dict[
     attach_feedback(db, [p.failed for p in found])
     selection = select_pairs(found, config)
     examples = build_examples(selection, context=r.context, explanation=r.explanation)
-    write_jsonl(r.out, examples)
+    with atomic_output(r.out, stores=[store_file(db)]) as fh:
+        dump_jsonl(fh, examples)
     if r.parquet is not None:
-        write_parquet(r.parquet, examples)
+        with atomic_output(r.parquet, stores=[store_file(db)], binary=True) as fh:
+            dump_parquet(fh, examples)
     stats = diversity_stats(examples, selection)
     stats["files"] = {"jsonl": str(r.out), "parquet": str(r.parquet) if r.parquet else None}
     stats["explanation"] = r.explanation
     stats["dropped_pairs"] = [
         {"failed": p.failed.id, "fixed": p.fixed.id, "reason": why} for p, why in selection.dropped
     ]
-    r.out.with_name(r.out.name.removesuffix(".jsonl") + ".stats.json").write_text(
-        json.dumps(stats, indent=2, default=str)
-    )
+    with atomic_output(stats_file, stores=[store_file(db)]) as fh:
+        fh.write(json.dumps(stats, indent=2, default=str))
     save_export_stats(db, {k: v for k, v in stats.items() if k != "dropped_pairs"}, str(r.out))
     return stats, len(found)
 

@@ -58,6 +58,7 @@ SERVER_NAME = "ptxbench"
 @dataclass(frozen=True)
 class McpSettings:
     db_path: Path | None = None
+    create: bool = False  # make a new store at db_path when there is none
     agent_name: str | None = None  # the model row's name; None: the client's own name
     context: str = "none"
     tasks: tuple[str, ...] = ()
@@ -84,9 +85,15 @@ def settings_for(
     gpu: str,
     rate_per_minute: int,
     gpu_budget_s: float,
+    create: bool = False,
 ) -> McpSettings:
-    """Settings from the command line's words; UsageError for a bad one."""
+    """Settings from the command line's words; UsageError for a bad one, NoStore (a StoreError) for a
+    `db_path` that is not a store (unless `create`)."""
+    from ptxbench.db.access import require_store
     from ptxbench.services.hardware import gpu_archs, gpu_wanted
+
+    if db_path is not None and not create:
+        require_store(db_path)
 
     try:
         use_gpu = gpu_wanted(gpu)
@@ -98,6 +105,7 @@ def settings_for(
         raise UsageError(f"--tasks: {exc}") from None
     return McpSettings(
         db_path=db_path,
+        create=create,
         agent_name=agent_name,
         context=context,
         tasks=task_list,
@@ -281,10 +289,10 @@ class Judge:
     """The server's state over every session: the store and the sessions by id (one on stdio)."""
 
     def __init__(self, settings: McpSettings) -> None:
-        from ptxbench.db.seed import ensure_default_store
+        from ptxbench.db.seed import open_for_writing
 
         self.settings = settings
-        self.db = ensure_default_store(settings.db_path)
+        self.db = open_for_writing(settings.db_path, create=settings.create)
         self.sessions: dict[str, Session] = {}
 
     def session(self, key: str, client_name: str | None) -> Session:

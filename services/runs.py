@@ -43,11 +43,12 @@ __all__ = [
 ]
 
 
-def open_store(path: Path | None) -> sqlite_utils.Database:
-    """The store a run or an import writes: `path`, or the default store (created and seeded)."""
-    from ptxbench.db.seed import ensure_default_store
+def open_store(path: Path | None, *, create: bool = False) -> sqlite_utils.Database:
+    """The store a run or an import writes: the default store (created and seeded on first use), or
+    `path`, which must already be a store unless `create` (NoStore, a StoreError, says so)."""
+    from ptxbench.db.seed import open_for_writing
 
-    return ensure_default_store(path)
+    return open_for_writing(path, create=create)
 
 
 def run_configs(
@@ -157,17 +158,30 @@ def run(
 
 
 def import_responses(
-    path: Path, *, db_path: Path | None = None, judge: bool = True, gpu: str = "auto", progress: Progress | None = None
+    path: Path,
+    *,
+    db_path: Path | None = None,
+    create: bool = False,
+    judge: bool = True,
+    gpu: str = "auto",
+    progress: Progress | None = None,
 ) -> ImportReport:
-    """Check, store and (by default) judge a JSONL file. UsageError for a bad `gpu` mode or a missing
-    file (checked before any store is opened); ImportFileError lists every bad line, and nothing is
-    written then; StoreError for a store that will not open."""
+    """Check, store and (by default) judge a JSONL file. UsageError for a bad `gpu` mode, a missing
+    file, or a file that is an SQLite database (checked before any store is opened); ImportFileError
+    lists every bad line, and nothing is written then; StoreError for a store that will not open, or
+    a `db_path` that is not a store (unless `create`)."""
+    from ptxbench.db.files import database_reason
+    from ptxbench.db.store import default_store_path
+
     if gpu not in ("auto", "on", "off"):
         raise UsageError("--gpu: use auto, on or off")
     if not path.is_file():
         raise UsageError(f"{path}: no such file")
+    reason = database_reason(path, stores=[db_path if db_path is not None else default_store_path()])
+    if reason:
+        raise UsageError(f"{path}: not a JSONL file to import: {reason}")
     try:
         use_gpu = gpu_wanted(gpu) if judge else False
     except UsageError as exc:
         raise UsageError(f"--gpu: {exc}") from None
-    return import_file(open_store(db_path), path, judge=judge, gpu=use_gpu, progress=progress)
+    return import_file(open_store(db_path, create=create), path, judge=judge, gpu=use_gpu, progress=progress)

@@ -140,7 +140,7 @@ def test_an_endpoint_without_function_calling_is_said_plainly(tmp_path: Path, st
             run_agent(store, _config(server))
         db = tmp_path / "cli.sqlite"
         base = [sys.executable, "-m", "ptxbench.cli.main", "run", "--agent", "--model", "m", "--base-url",
-                server.base_url, "--tasks", TASK, "--db", str(db), "--retries", "0"]
+                server.base_url, "--tasks", TASK, "--db", str(db), "--create", "--retries", "0"]
         refused = subprocess.run(base, capture_output=True, text=True, timeout=120)
         fell_back = subprocess.run(base + ["--agent-fallback", "turns", "--turns", "2"], capture_output=True,
                                    text=True, timeout=120)

@@ -141,7 +141,7 @@ def test_cli_import(tmp_path: Path) -> None:
     db = tmp_path / "cli.sqlite"
     path = _good_file(tmp_path)
     runner = CliRunner()
-    result = runner.invoke(app, ["import", str(path), "--db", str(db), "--gpu", "off"])
+    result = runner.invoke(app, ["import", str(path), "--db", str(db), "--create", "--gpu", "off"])
     assert result.exit_code == 0, result.output
     assert "5 imported, 0 already stored, 5 judged" in result.output
     bad = _write(tmp_path / "bad.jsonl", [{"task": "vector_add_smoke"}])

@@ -28,7 +28,7 @@ NO_GPU = not gpu_archs()
 
 def _server(db: Path, *extra: str) -> mcp.StdioServerParameters:
     return mcp.StdioServerParameters(command=sys.executable, args=[
-        "-m", "ptxbench.cli.main", "mcp", "--db", str(db), "--tasks", f"{TASK},gemm_bf16_sm90a", *extra])
+        "-m", "ptxbench.cli.main", "mcp", "--db", str(db), "--create", "--tasks", f"{TASK},gemm_bf16_sm90a", *extra])
 
 
 def _text(result) -> str:
@@ -136,7 +136,7 @@ def _listening(port: int) -> list[str]:
 
 def test_the_http_transport_listens_on_loopback_only(tmp_path: Path) -> None:
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "ptxbench.cli.main", "mcp", "--db", str(tmp_path / "s.sqlite"),
+    proc = subprocess.Popen([sys.executable, "-m", "ptxbench.cli.main", "mcp", "--db", str(tmp_path / "s.sqlite"), "--create",
                              "--transport", "streamable-http", "--port", str(port), "--tasks", TASK],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:

@@ -143,7 +143,8 @@ def test_run_and_report_from_the_command_line(tmp_path: Path) -> None:
     runner = CliRunner()
     with LoopbackLLM(recording, tmp_path) as server:
         args = ["run", "--model", "loopback-cli", "--base-url", server.base_url, "--tasks", "all", "--arch", "sm_90a",
-                "--context", "none,brief", "--turns", "2", "--backoff", "0.01", "--gpu", "off", "--db", str(db)]
+                "--context", "none,brief", "--turns", "2", "--backoff", "0.01", "--gpu", "off", "--db", str(db),
+                "--create"]
         result = runner.invoke(app, args, env={"COLUMNS": "200"})
         assert result.exit_code == 0, result.output
         assert "starting run 1" in result.output and "starting run 2" in result.output

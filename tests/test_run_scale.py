@@ -175,6 +175,7 @@ def test_run_on_a_dask_cluster_from_the_command_line_and_resume(tmp_path: Path) 
             "off",
             "--db",
             str(path),
+            "--create",
             "--json",
         ]
         proc = _run_cli(*args, "--cluster", "local:2", env=env)
@@ -226,6 +227,7 @@ def test_run_refuses_options_that_do_not_fit(tmp_path: Path, args: list[str], sa
             "vector_add_smoke",
             "--db",
             str(tmp_path / "s.sqlite"),
+            "--create",
             *args,
         ],
         env={"COLUMNS": "300"},
@@ -308,6 +310,7 @@ def test_sigint_stops_a_run_drops_the_requests_in_flight_and_a_resume_asks_them_
             "off",
             "--db",
             str(path),
+            "--create",
             "--backoff",
             "0.01",
         ]

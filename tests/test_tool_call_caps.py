@@ -311,7 +311,7 @@ def test_the_mcp_judge_refuses_hostile_arguments_and_records_them_bounded(tmp_pa
     from ptxbench.services.errors import UsageError
     from ptxbench.services.mcp_server import Judge, McpSettings
 
-    judge = Judge(McpSettings(db_path=tmp_path / "mcp.sqlite", tasks=(TASK,), rate_per_minute=1000))
+    judge = Judge(McpSettings(db_path=tmp_path / "mcp.sqlite", create=True, tasks=(TASK,), rate_per_minute=1000))
     try:
         session = judge.session("s", "test")
         hostile = [
@@ -346,7 +346,7 @@ def test_an_mcp_client_sending_hostile_arguments_gets_errors(tmp_path: Path) -> 
     from mcp.client.client import Client
 
     params = mcp.StdioServerParameters(command=sys.executable, args=[
-        "-m", "ptxbench.cli.main", "mcp", "--db", str(tmp_path / "s.sqlite"), "--tasks", TASK])
+        "-m", "ptxbench.cli.main", "mcp", "--db", str(tmp_path / "s.sqlite"), "--create", "--tasks", TASK])
 
     async def go():
         async with Client(params, client_info=mcp_types.Implementation(name="hostile", version="1")) as c:

@@ -14,6 +14,7 @@ from textual import work
 from textual.screen import Screen
 
 from ptxbench.db import triage
+from ptxbench.db.files import check_output
 from ptxbench.tui.host import host
 from ptxbench.tui.kernel_files import open_in_editor, write_table
 from ptxbench.tui.messages import StoreFailed
@@ -111,6 +112,7 @@ class KernelMoves(_Screen):
     @work(thread=True, exclusive=True, group="export", exit_on_error=False, description="export")
     def write_export(self, path: Path, fmt: str, produce: Callable[[Path, str], int]) -> None:
         try:
+            check_output(path, stores=[host(self).db_path])  # never over the store or any SQLite file
             n = produce(path, fmt)
         except Exception as exc:  # a path that cannot be written is said, not fatal
             self.post_message(StoreFailed(f"export: {exc}"))

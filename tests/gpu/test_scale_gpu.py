@@ -62,7 +62,7 @@ def test_run_on_the_pool_feeds_gpu_verdicts_into_the_next_turn(cuda_here, tmp_pa
     recording = {"replies": {"*": {"1": [{"content": mutation_reply("add-wrong-op")}],
                                    "*": [{"content": expert_reply("vector_add_smoke")}]}}}
     with LoopbackLLM(recording, tmp_path) as server:
-        proc = _cli("run", "--db", str(tmp_path / "store.sqlite"), "--model", "loopback", "--base-url",
+        proc = _cli("run", "--db", str(tmp_path / "store.sqlite"), "--create", "--model", "loopback", "--base-url",
                     server.base_url, "--tasks", "vector_add_smoke", "--samples", "2", "--turns", "2", "--gpus", "1",
                     "--gpu", "on")
         second_turns = [r for r in server.requests() if r["turn"] == 2]

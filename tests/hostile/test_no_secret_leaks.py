@@ -123,7 +123,7 @@ def test_the_store_holds_no_secret_after_an_import(planted, judge_env, tmp_path)
     responses = tmp_path / "hostile.jsonl"
     responses.write_text("\n".join(lines) + "\n")
     store = tmp_path / "store.sqlite"
-    out = subprocess.run([sys.executable, "-m", "ptxbench.cli.main", "import", str(responses), "--db", str(store)],
+    out = subprocess.run([sys.executable, "-m", "ptxbench.cli.main", "import", str(responses), "--db", str(store), "--create"],
                          capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"}, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     assert SECRET not in out.stdout + out.stderr

@@ -342,6 +342,29 @@ async def test_export_the_filtered_sorted_table(app_on, tmp_path, fmt):
         assert [r["id"] for r in rows] == expected and "snippet" in rows[0] and "note" in rows[0]
 
 
+@pytest.mark.parametrize("target", ["store", "link", "wal"])
+async def test_export_over_the_store_is_refused_and_the_store_is_left_as_it_was(app_on, heldout_store, tmp_path, target):
+    store = heldout_store[0]
+    path = {"store": store, "link": tmp_path / "samples.csv", "wal": store.with_name(store.name + "-wal")}[target]
+    if target == "link":
+        path.symlink_to(store)
+    before = store.read_bytes()
+    app = app_on()
+    async with app.run_test(size=WIDE) as pilot:
+        await samples_view(pilot)
+        await pilot.press("E")
+        await settle(pilot)
+        dialog = app.screen
+        assert isinstance(dialog, ExportDialog)
+        dialog.query_one("#export-path").value = str(path)
+        await pilot.press("ctrl+s")
+        await settle(pilot)
+        said = [str(n.message) for n in app._notifications]
+        assert any("will not write" in m and "store" in m for m in said), said
+    assert store.read_bytes() == before
+    assert not list(tmp_path.glob(".*.part")) and not list(store.parent.glob(".*.part"))
+
+
 async def test_copy_a_kernel_and_open_it_read_only_in_the_editor(app_on, ids, tmp_path, monkeypatch):
     seen = tmp_path / "seen"
     editor = tmp_path / "editor.py"
