@@ -53,3 +53,23 @@ def damage_middle(path: Path, *, samples: int = 400) -> None:
     for i in range(middle, middle + 6 * 4096):
         raw[i] = (raw[i] * 7 + 13) % 256
     path.write_bytes(bytes(raw))
+
+
+# A second process that writes one row and commits: whether the first process's locks held shows in
+# what that write leaves behind (tests/test_store_safety.py, tests/test_output_safety.py).
+CHILD_WRITES = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1])
+conn.execute("INSERT INTO meta (key, value, updated_at) VALUES (?, 'x', 'now')", [sys.argv[2]])
+conn.commit()
+conn.close()
+"""
+
+
+def small_store(path: Path) -> Path:
+    """A store with one task, closed."""
+    db = open_store(path)
+    upsert_task(db, Task(id="t1", title="T", operation="gemm", arch="sm_90a", families=["wgmma"],
+                         spec={}, source="test"))
+    db.conn.close()
+    return path

@@ -13,33 +13,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from store_faults import CHILD_WRITES, small_store
 from typer.testing import CliRunner
 
 from ptxbench.cli.main import app
 from ptxbench.db.access import StoreError
 from ptxbench.db.files import UnsafeOutput, atomic_output, check_output, database_reason, write_output
-from ptxbench.db.records import Task
 from ptxbench.db.store import connect_reader, open_store
-from ptxbench.db.writes import upsert_task
 from ptxbench.tui.kernel_files import write_table
-
-CHILD_WRITES = """
-import sqlite3, sys
-conn = sqlite3.connect(sys.argv[1])
-conn.execute("INSERT INTO meta (key, value, updated_at) VALUES (?, 'x', 'now')", [sys.argv[2]])
-conn.commit()
-conn.close()
-"""
-
-
-def _store(path: Path) -> Path:
-    db = open_store(path)
-    upsert_task(
-        db, Task(id="t1", title="T", operation="gemm", arch="sm_90a", families=["wgmma"], spec={}, source="test")
-    )
-    db.conn.close()
-    return path
-
 
 def _other_database(path: Path) -> Path:
     """Some other application's SQLite file, never opened as a store by this process."""
@@ -53,7 +34,7 @@ def _other_database(path: Path) -> Path:
 
 @pytest.fixture
 def store(tmp_path: Path) -> Path:
-    return _store(tmp_path / "store.sqlite")
+    return small_store(tmp_path / "store.sqlite")
 
 
 def _snapshot(folder: Path) -> dict[str, bytes]:
@@ -179,7 +160,7 @@ def test_atomic_output_replaces_the_file_only_when_the_block_ends_well(tmp_path)
 
 
 def test_a_store_this_process_opened_is_recognised_without_being_named(tmp_path):
-    store = _store(tmp_path / "kept.sqlite")  # opened through open_store: remembered
+    store = small_store(tmp_path / "kept.sqlite")  # opened through open_store: remembered
     held = connect_reader(store)
     try:
         for path in (store, store.with_name("kept.sqlite-wal"), store.with_name("kept.sqlite-shm")):
@@ -302,7 +283,7 @@ def test_an_import_line_naming_the_store_is_reported_and_the_store_never_opened(
     open here would then lose its WAL to another process that closes its connection."""
     folder = tmp_path / "import"
     folder.mkdir()
-    store = _store(folder / "store.sqlite")
+    store = small_store(folder / "store.sqlite")
     other = _other_database(folder / "other.sqlite")
     held = connect_reader(store)  # a connection that stays open, as an explorer's does
     held.execute("SELECT COUNT(*) FROM samples").fetchone()

@@ -12,33 +12,16 @@ from pathlib import Path
 
 import pytest
 import sqlite_utils
-from store_faults import damage_middle, readonly_command
+from store_faults import CHILD_WRITES, damage_middle, readonly_command, small_store
 
 from ptxbench.db import browse, browse_summary, queries, verdict
 from ptxbench.db.access import store_access
 from ptxbench.db.fixit import load_sample
 from ptxbench.db.metrics import compute_metrics
 from ptxbench.db.reader import StoreReader, prepare_store
-from ptxbench.db.records import Evaluation, Label, Measurement, Sample, Task
+from ptxbench.db.records import Evaluation, Label, Measurement, Sample
 from ptxbench.db.store import StoreDamaged, StoreError, StoreReadOnly, connect_reader, open_store
-from ptxbench.db.writes import add_evaluation, add_label, add_sample, get_or_create_model, upsert_task
-
-CHILD_WRITES = """
-import sqlite3, sys
-conn = sqlite3.connect(sys.argv[1])
-conn.execute("INSERT INTO meta (key, value, updated_at) VALUES (?, 'x', 'now')", [sys.argv[2]])
-conn.commit()
-conn.close()
-"""
-
-
-def _store(path: Path) -> Path:
-    db = open_store(path)
-    upsert_task(db, Task(id="t1", title="T", operation="gemm", arch="sm_90a", families=["wgmma"],
-                         spec={}, source="test"))
-    db.conn.close()
-    return path
-
+from ptxbench.db.writes import add_evaluation, add_label, add_sample, get_or_create_model
 
 def _other_process_writes(path: Path, key: str) -> None:
     subprocess.run([sys.executable, "-c", CHILD_WRITES, str(path), key], check=True, timeout=60)
@@ -51,7 +34,7 @@ def test_opening_the_store_again_keeps_the_locks_of_open_connections(tmp_path):
     """Closing any descriptor of a file drops the process's fcntl locks on it. Opening the
     store a second time (as every view once did) must not: another process closing its
     connection would then delete the WAL under the first one."""
-    path = _store(tmp_path / "s.sqlite")
+    path = small_store(tmp_path / "s.sqlite")
     reader = StoreReader(path)
     held = connect_reader(path)  # a connection that stays open, as an explorer's does
     held.execute("SELECT COUNT(*) FROM samples").fetchone()
@@ -69,7 +52,7 @@ def test_opening_the_store_again_keeps_the_locks_of_open_connections(tmp_path):
 
 
 def test_a_reader_sees_every_commit_made_before_its_read(tmp_path):
-    path = _store(tmp_path / "s.sqlite")
+    path = small_store(tmp_path / "s.sqlite")
     reader = StoreReader(path)
     count = lambda conn: conn.execute("SELECT COUNT(*) FROM meta").fetchone()[0]
     before = reader.read(count)
@@ -98,7 +81,7 @@ def test_an_empty_file_named_as_a_store_is_refused_and_left_alone(tmp_path):
 @pytest.fixture
 def judged_twice(tmp_path):
     """A sample judged on the GPU, then re-checked on a machine without one (same engine)."""
-    path = _store(tmp_path / "s.sqlite")
+    path = small_store(tmp_path / "s.sqlite")
     db = open_store(path)
     model = get_or_create_model(db, "m", source="test")
     sid = add_sample(db, Sample(task_id="t1", language="ptx", source="test", code="x", model_id=model.id)).id
@@ -210,7 +193,7 @@ def _as_reader(path: Path) -> dict:
 
 @pytest.mark.parametrize("keep_wal", [False, True], ids=["checkpointed", "with-wal"])
 def test_a_store_on_read_only_media_is_read_and_says_why_it_cannot_be_written(tmp_path, keep_wal):
-    src = _store(tmp_path / "s.sqlite")
+    src = small_store(tmp_path / "s.sqlite")
     dest = _copy(src, tmp_path / "media", keep_wal=keep_wal)
     got = _as_reader(dest)
     assert got["writable"] is False and ("read-only" in got["reason"] or "not writable" in got["reason"])
@@ -224,7 +207,7 @@ def test_a_store_on_read_only_media_is_read_and_says_why_it_cannot_be_written(tm
 def test_a_writer_on_a_read_only_file_is_refused_with_the_reason(tmp_path):
     if os.geteuid() == 0:
         pytest.skip("root writes read-only files; the read-only media test mounts a folder read-only instead")
-    path = _store(tmp_path / "s.sqlite")
+    path = small_store(tmp_path / "s.sqlite")
     path.chmod(0o444)
     assert not store_access(path).writable
     with pytest.raises(StoreReadOnly, match="is read-only"):
