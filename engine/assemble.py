@@ -9,6 +9,7 @@ A missing tool raises ToolchainError (that is not the candidate's fault).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import time
 from dataclasses import dataclass, field
@@ -149,7 +150,14 @@ class AssembleResult:
 
 
 def strip_comments(text: str) -> str:
-    """PTX without comments, line numbers kept (a block comment keeps its newlines); linear in the text."""
+    """PTX without comments, line numbers kept (a block comment keeps its newlines); linear in the text.
+    The last few are kept: the header, the driver's notes, the generic target and the module-data bound
+    all read the same module."""
+    return _uncommented(text)
+
+
+@functools.lru_cache(maxsize=4)
+def _uncommented(text: str) -> str:
     return text_scan.strip_comments(text)
 
 
@@ -509,14 +517,12 @@ def _tool_ended_badly(run: ToolRun, tool: str, deadline: Deadline, result: Assem
 
 
 _CAPS = {"address_space": "memory (address space)", "cpu_seconds": "CPU time", "file_size": "the size of a file "
-         "it writes (the PTX or the cubin)", "output": "output"}
+         "it writes (the PTX or the cubin)"}
 
 
 def _cap_value(cap: str) -> str:
-    value = getattr(DEFAULT_LIMITS, cap, None)
-    if cap in ("address_space", "file_size") and value is not None:
-        return f"{value / (1 << 20):g} MiB"
-    return f"{value} s" if cap == "cpu_seconds" else str(value)
+    value = getattr(DEFAULT_LIMITS, cap)
+    return f"{value} s" if cap == "cpu_seconds" else f"{value / (1 << 20):g} MiB"
 
 
 def _nvcc_to_ptx(text: str, arch: str, tmp: Path, deadline: Deadline, result: AssembleResult,

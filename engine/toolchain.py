@@ -124,14 +124,12 @@ def _setup(overrides: tuple[str | None, ...]) -> tuple[tuple[Path, ...], tuple[P
         except ToolchainError:
             continue
     dirs = [t.parent for t in tools]
-    for name in ("g++", "c++", "clang++"):
-        found = shutil.which(name)
-        if found:
-            dirs.append(Path(found).parent)
-            break
-    extra = tuple((("NVDISASM_PATH", str(t.parent)),) for t in tools if t.name == "nvdisasm")
-    return (tuple(dict.fromkeys(dirs)), tuple(sandbox.toolchain_roots(tools) + sandbox.host_compiler_dirs()),
-            extra[0] if extra else ())
+    try:
+        dirs.append(Path(host_compiler()).parent)
+    except ToolchainError:
+        pass            # nvcc says so when it needs one; ptxas and nvdisasm do not
+    extra = tuple(("NVDISASM_PATH", str(t.parent)) for t in tools if t.name == "nvdisasm")
+    return (tuple(dict.fromkeys(dirs)), tuple(sandbox.toolchain_roots(tools) + sandbox.host_compiler_dirs()), extra)
 
 
 _VERSION_RE = re.compile(r"release (\d+\.\d+), V(\d+\.\d+\.\d+)")
