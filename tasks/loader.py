@@ -20,6 +20,7 @@ from ptxbench.tasks.records import (
     DTYPE_BYTES,
     FAMILIES,
     METRICS,
+    ROW_SAMPLED,
     Sizes,
     TaskSpec,
     TaskSpecError,
@@ -208,9 +209,9 @@ def load_spec_file(path: Path) -> TaskSpec:
 
     tol_t = r.get(data, "tolerance", dict, "")
     for k in tol_t:
-        if k not in ("metric", "max", "per_output", "element_factor", "outliers"):
+        if k not in ("metric", "max", "per_output", "element_factor", "outliers", "heldout_rows"):
             raise r.fail(f"tolerance.{k}", "unknown field (allowed: metric, max, per_output, element_factor, "
-                                           "outliers)")
+                                           "outliers, heldout_rows)")
     metric = r.get(tol_t, "metric", str, "tolerance")
     if metric not in METRICS:
         raise r.fail("tolerance.metric", f"unknown metric {metric!r} (known: {', '.join(METRICS)})")
@@ -229,13 +230,19 @@ def load_spec_file(path: Path) -> TaskSpec:
     outliers = float(r.get(tol_t, "outliers", (int, float), "tolerance", 0.0))
     if not 0 <= outliers <= 1e-3:
         raise r.fail("tolerance.outliers", "a fraction between 0 and 0.001 (a tiny share of elements, or none)")
+    heldout_rows = r.get(tol_t, "heldout_rows", int, "tolerance", 0)
+    if isinstance(heldout_rows, bool) or not 0 <= heldout_rows <= 1 << 20 or 0 < heldout_rows < 512:
+        raise r.fail("tolerance.heldout_rows", "0 (every row) or a count of rows from 512 to 1048576")
+    operation = r.get(data, "operation", str, "")
+    if heldout_rows and operation not in ROW_SAMPLED:
+        raise r.fail("tolerance.heldout_rows", f"the reference of {operation!r} cannot be computed at a sample of rows")
 
     launch = _launch(r, data.get("launch"), allowed | seen)
 
     task = TaskSpec(
         id=task_id,
         title=r.get(data, "title", str, ""),
-        operation=r.get(data, "operation", str, ""),
+        operation=operation,
         arch=arch,
         families=tuple(families),
         baseline=baseline,
@@ -246,7 +253,8 @@ def load_spec_file(path: Path) -> TaskSpec:
         description=r.get(data, "description", str, "").strip(),
         inputs=inputs,
         outputs=outputs,
-        tolerance=Tolerance(metric, tol_max, {k: float(v) for k, v in per_output.items()}, element_factor, outliers),
+        tolerance=Tolerance(metric, tol_max, {k: float(v) for k, v in per_output.items()}, element_factor, outliers,
+                            heldout_rows),
         headline=headline,
         train=train,
         heldout=heldout,

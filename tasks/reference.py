@@ -1,11 +1,21 @@
-"""PyTorch references, by a spec's `operation`, computed in higher precision.
+"""PyTorch references, by a spec's `operation`, computed in higher precision, with their error bounded.
 
-GEMM accumulates in float64; attention and RMSNorm compute in float32 (float64
-when handed float64 inputs, as the tests do). Outputs are returned in that
-higher precision, never rounded to the task's dtype: the comparison does that.
-Attention is chunked over (batch·head) and query rows so the held-out S=16384
-fits in memory. Everything runs on CPU (CI) and CUDA; torch is imported lazily
-so that `import ptxbench.tasks` works without it.
+Outputs are returned in that higher precision (float32 or float64), never rounded to the task's dtype:
+the comparison does that. Attention is chunked over (batch·head) and query rows so the held-out
+S = 16384 fits in memory. Everything runs on CPU (CI) and CUDA; torch is imported lazily so that
+`import ptxbench.tasks` works without it.
+
+On CUDA, the matrix products of GEMM and attention run on the tensor cores in TF32. The tasks' inputs
+are bf16 (8 significant bits), which TF32 (11) holds exactly, so every product of two inputs is exact
+and only the float32 accumulation rounds. The one operand that is not an input (attention's P, and
+backward's dS) is rounded to TF32 on its way in: a relative error of at most 2⁻¹¹ per element, whose
+effect on an output averages over the row it is summed in. tests/gpu/test_reference_error.py measures
+every task's reference against float64 at every size and holds it to a tenth of the task's tolerance;
+`exact=True` (float64 GEMM, float32 attention without TF32) is what it measures them against.
+
+`rows`: attention's outputs at those positions along S only (each (batch, head) at the same rows;
+backward: dQ at those query rows, dK and dV at those key rows), at a cost in proportion. The GPU
+worker checks a held-out size at a secret sample of rows (engine/gpu/session.py).
 """
 
 from __future__ import annotations
@@ -16,6 +26,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from ptxbench.tasks.dtypes import torch_dtype
+from ptxbench.tasks.records import ROW_SAMPLED
 from ptxbench.tasks.spec import TaskSpec
 
 if TYPE_CHECKING:
@@ -25,15 +36,21 @@ if TYPE_CHECKING:
 Tensors = dict[str, "Tensor"]
 # Largest score tile (elements) one attention step materialises: 2**28 f32 = 1 GiB.
 ATTN_TILE_ELEMS = 1 << 28
+# Inputs whose significands fit TF32's eleven bits: their products are exact in a TF32 matmul.
+_TF32_EXACT = ("bfloat16", "float16", "float8_e4m3fn", "float8_e5m2")
+
+
+def _tf32_exact(*tensors: Tensor) -> bool:
+    return all(str(t.dtype).removeprefix("torch.") in _TF32_EXACT for t in tensors)
 
 
 @contextlib.contextmanager
-def _exact_matmul() -> Iterator[None]:
-    """float32 matmuls in full precision (no TF32) while a reference runs."""
+def _matmul_precision(tf32: bool) -> Iterator[None]:
+    """float32 matmuls on the tensor cores in TF32 (`tf32`), or in full precision, while a reference runs."""
     import torch
 
     before = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("highest")
+    torch.set_float32_matmul_precision("high" if tf32 else "highest")
     try:
         yield
     finally:
@@ -46,140 +63,178 @@ def _compute_dtype(*tensors: Tensor) -> torch.dtype:
     return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
 
 
-def gemm(inputs: Tensors, task: TaskSpec | None = None) -> Tensors:
+def gemm(inputs: Tensors, task: TaskSpec | None = None, *, exact: bool = False) -> Tensors:
+    """C = A·Bᵀ: in float64, or for TF32-exact inputs in float32 (on CUDA on the tensor cores): exact products,
+    float32 accumulation, a relative error near K·2⁻²⁴ (1e-5 at K = 5120), a tenth of the float64 GEMM's time."""
     a, b = inputs["A"], inputs["B"]
-    return {"C": a.double() @ b.double().T}
-
-
-# Inputs whose significands fit TF32's eleven bits: their products are exact in a TF32 matmul.
-_TF32_EXACT = ("bfloat16", "float16", "float8_e4m3fn", "float8_e5m2")
-
-
-def gemm_fast(inputs: Tensors, task: TaskSpec | None = None) -> Tensors:
-    """The GEMM in float32 on the tensor cores, for inputs TF32 holds exactly (bf16, f16, f8): every product
-    is exact and only the float32 accumulation rounds, a relative error near K·2⁻²⁴ (1e-5 at K = 5120, a
-    thousandth of a bf16 output's own rounding). A tenth of the float64 GEMM's time on an H200: the checked
-    rounds of timing, whose inputs are new every round, use it."""
-    import torch
-
-    a, b = inputs["A"], inputs["B"]
-    if str(a.dtype).removeprefix("torch.") not in _TF32_EXACT or str(b.dtype).removeprefix("torch.") not in _TF32_EXACT:
-        return gemm(inputs, task)
-    before = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = True
-    try:
+    if exact or not _tf32_exact(a, b):
+        return {"C": a.double() @ b.double().T}
+    with _matmul_precision(a.is_cuda):
         return {"C": a.float() @ b.float().T}
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = before
 
 
-def _chunks(bh: int, s_q: int, s_k: int, tile: int) -> Iterator[tuple[slice, slice]]:
-    rows = max(1, min(s_q, tile // max(s_k, 1)))
-    group = max(1, tile // (rows * s_k))
+def _chunks(bh: int, n_rows: int, n_cols: int, tile: int) -> Iterator[tuple[slice, slice]]:
+    rows = max(1, min(n_rows, tile // max(n_cols, 1)))
+    group = max(1, tile // (rows * max(n_cols, 1)))
     for g0 in range(0, bh, group):
-        for r0 in range(0, s_q, rows):
-            yield slice(g0, min(bh, g0 + group)), slice(r0, min(s_q, r0 + rows))
+        for r0 in range(0, n_rows, rows):
+            yield slice(g0, min(bh, g0 + group)), slice(r0, min(n_rows, r0 + rows))
 
 
-def _causal_mask(rows: slice, s_k: int, device: torch.device) -> Tensor:
+def _positions(rows: Tensor | None, s: int) -> tuple[Tensor, bool]:
+    """The positions along S to compute (on the CPU, sorted, unique), and whether that is all of them."""
     import torch
 
-    i = torch.arange(rows.start, rows.stop, device=device)[:, None]
-    j = torch.arange(s_k, device=device)[None, :]
-    return j > i                                     # True where the key is masked out
+    if rows is None:
+        return torch.arange(s), True
+    pos = torch.unique(rows.detach().to("cpu", torch.int64))
+    if pos.numel() == 0 or int(pos[0]) < 0 or int(pos[-1]) >= s:
+        raise ValueError(f"rows must be positions in [0, {s}), at least one")
+    return pos, False
+
+
+def _take(t: Tensor, g: slice, part: slice, pos: Tensor, every: bool) -> Tensor:
+    """Rows `pos[part]` of the (batch·head) group `g` of a [BH, S, ...] tensor."""
+    return t[g, part] if every else t[g][:, pos[part].to(t.device)]
+
+
+def _later(q_pos: Tensor, k_pos: Tensor, device: torch.device) -> Tensor:
+    """True where the key comes after the query (masked out by a causal softmax)."""
+    return k_pos.to(device)[None, :] > q_pos.to(device)[:, None]
 
 
 def attention_forward(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float | None = None,
-                      tile: int = ATTN_TILE_ELEMS) -> tuple[Tensor, Tensor]:
-    """O and LSE (natural log) for [B, H, S, D] inputs, in float32 (float64 for float64 inputs)."""
+                      tile: int = ATTN_TILE_ELEMS, *, rows: Tensor | None = None,
+                      exact: bool = False) -> tuple[Tensor, Tensor]:
+    """O and LSE (natural log) for [B, H, S, D] inputs, in float32 (float64 for float64 inputs);
+    `rows`: only those query rows ([B, H, len(rows), D] and [B, H, len(rows)])."""
     import torch
 
     B, H, S, D = q.shape
     dt = _compute_dtype(q, k, v)
+    tf32 = not exact and q.is_cuda and dt == torch.float32 and _tf32_exact(q, k, v)
     scale = 1.0 / math.sqrt(D) if scale is None else scale
+    pos, every = _positions(rows, S)
+    n = pos.numel()
     qf, kf, vf = (t.reshape(B * H, S, D) for t in (q, k, v))
-    out = torch.empty(B * H, S, D, dtype=dt, device=q.device)
-    lse = torch.empty(B * H, S, dtype=dt, device=q.device)
-    with _exact_matmul():
-        for g, rows in _chunks(B * H, S, S, tile):
-            keys = rows.stop if causal else S         # causal rows never see later keys
-            qc = qf[g, rows].to(dt)
+    out = torch.empty(B * H, n, D, dtype=dt, device=q.device)
+    lse = torch.empty(B * H, n, dtype=dt, device=q.device)
+    with _matmul_precision(tf32):
+        for g, part in _chunks(B * H, n, S, tile):
+            q_pos = pos[part]
+            keys = int(q_pos[-1]) + 1 if causal else S         # causal rows never see later keys
+            qc = _take(qf, g, part, pos, every).to(dt)
             kc, vc = kf[g, :keys].to(dt), vf[g, :keys].to(dt)
-            s = torch.matmul(qc, kc.transpose(1, 2)) * scale
+            s = torch.matmul(qc, kc.transpose(1, 2)).mul_(scale)
             if causal:
-                s.masked_fill_(_causal_mask(rows, keys, q.device), -math.inf)
+                s.masked_fill_(_later(q_pos, torch.arange(keys), q.device), -math.inf)
             m = s.amax(dim=-1, keepdim=True)
-            p = torch.exp(s - m)
+            p = s.sub_(m).exp_()                                 # in place: the scores are not needed again
             denom = p.sum(dim=-1, keepdim=True)
-            out[g, rows] = torch.matmul(p, vc) / denom
-            lse[g, rows] = (m + torch.log(denom)).squeeze(-1)
-    return out.reshape(B, H, S, D), lse.reshape(B, H, S)
+            out[g, part] = torch.matmul(p, vc).div_(denom)
+            lse[g, part] = (m + torch.log(denom)).squeeze(-1)
+    return out.reshape(B, H, n, D), lse.reshape(B, H, n)
 
 
 def attention_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor, causal: bool,
-                       scale: float | None = None, tile: int = ATTN_TILE_ELEMS) -> tuple[Tensor, Tensor, Tensor]:
-    """dQ, dK, dV from the given O and LSE (as a kernel sees them), in float32 or float64."""
+                       scale: float | None = None, tile: int = ATTN_TILE_ELEMS, *, rows: Tensor | None = None,
+                       exact: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+    """dQ, dK, dV from the given O and LSE (as a kernel sees them), in float32 or float64; `rows`: dQ at those
+    query rows and dK, dV at those key rows only."""
     import torch
 
     B, H, S, D = q.shape
     dt = _compute_dtype(q, k, v, o, do, lse)
+    tf32 = not exact and q.is_cuda and dt == torch.float32 and _tf32_exact(q, k, v, do)
     scale = 1.0 / math.sqrt(D) if scale is None else scale
-    flat = [t.reshape(B * H, S, D) for t in (q, k, v, o, do)]
-    qf, kf, vf, of, dof = flat
+    qf, kf, vf, of, dof = (t.reshape(B * H, S, D) for t in (q, k, v, o, do))
     lsef = lse.reshape(B * H, S)
-    dq = torch.zeros(B * H, S, D, dtype=dt, device=q.device)
+    pos, every = _positions(rows, S)
+    n = pos.numel()
+    shape = (B, H, n, D)
+    dq = torch.zeros(B * H, n, D, dtype=dt, device=q.device)
     dk = torch.zeros_like(dq)
     dv = torch.zeros_like(dq)
-    with _exact_matmul():
-        for g, rows in _chunks(B * H, S, S, tile):
-            keys = rows.stop if causal else S
-            qc, oc, doc = qf[g, rows].to(dt), of[g, rows].to(dt), dof[g, rows].to(dt)
+
+    def grads(q_rows: Tensor, qc: Tensor, k_pos: Tensor, kc: Tensor, vc: Tensor, doc: Tensor,
+              oc: Tensor, lc: Tensor) -> tuple[Tensor, Tensor]:
+        """P and dS of these query rows against these keys."""
+        s = torch.matmul(qc, kc.transpose(1, 2)).mul_(scale)
+        if causal:
+            s.masked_fill_(_later(q_rows, k_pos, q.device), -math.inf)
+        p = s.sub_(lc[..., None]).exp_()
+        delta = (doc * oc).sum(dim=-1, keepdim=True)
+        ds = torch.matmul(doc, vc.transpose(1, 2)).sub_(delta).mul_(p)
+        return p, ds
+
+    with _matmul_precision(tf32):
+        if every:
+            for g, part in _chunks(B * H, S, S, tile):
+                keys = part.stop if causal else S
+                q_rows = pos[part]
+                qc, oc, doc = qf[g, part].to(dt), of[g, part].to(dt), dof[g, part].to(dt)
+                kc, vc = kf[g, :keys].to(dt), vf[g, :keys].to(dt)
+                p, ds = grads(q_rows, qc, pos[:keys], kc, vc, doc, oc, lsef[g, part].to(dt))
+                dv[g, :keys] += torch.matmul(p.transpose(1, 2), doc)
+                dq[g, part] = torch.matmul(ds, kc).mul_(scale)
+                dk[g, :keys] += torch.matmul(ds.transpose(1, 2), qc).mul_(scale)
+            return dq.reshape(shape), dk.reshape(shape), dv.reshape(shape)
+        # dQ at the sampled query rows, against every key they see.
+        for g, part in _chunks(B * H, n, S, tile):
+            q_rows = pos[part]
+            keys = int(q_rows[-1]) + 1 if causal else S
+            qc, oc, doc = (_take(t, g, part, pos, every).to(dt) for t in (qf, of, dof))
             kc, vc = kf[g, :keys].to(dt), vf[g, :keys].to(dt)
-            s = torch.matmul(qc, kc.transpose(1, 2)) * scale
-            if causal:
-                s.masked_fill_(_causal_mask(rows, keys, q.device), -math.inf)
-            p = torch.exp(s - lsef[g, rows].to(dt)[..., None])
-            dv[g, :keys] += torch.matmul(p.transpose(1, 2), doc)
-            dp = torch.matmul(doc, vc.transpose(1, 2))
-            delta = (doc * oc).sum(dim=-1, keepdim=True)
-            ds = p * (dp - delta)
-            dq[g, rows] = torch.matmul(ds, kc) * scale
-            dk[g, :keys] += torch.matmul(ds.transpose(1, 2), qc) * scale
-    shape = (B, H, S, D)
+            _, ds = grads(q_rows, qc, torch.arange(keys), kc, vc, doc, oc, _take(lsef, g, part, pos, every).to(dt))
+            dq[g, part] = torch.matmul(ds, kc).mul_(scale)
+        # dK and dV at the sampled key rows, from every query row that sees them.
+        first = int(pos[0]) if causal else 0
+        k_idx = pos.to(q.device)
+        for g, part in _chunks(B * H, S - first, n, tile):
+            q_rows = torch.arange(first + part.start, first + part.stop)
+            span = slice(first + part.start, first + part.stop)
+            qc, oc, doc = qf[g, span].to(dt), of[g, span].to(dt), dof[g, span].to(dt)
+            kc, vc = kf[g][:, k_idx].to(dt), vf[g][:, k_idx].to(dt)
+            p, ds = grads(q_rows, qc, pos, kc, vc, doc, oc, lsef[g, span].to(dt))
+            dv[g] += torch.matmul(p.transpose(1, 2), doc)
+            dk[g] += torch.matmul(ds.transpose(1, 2), qc).mul_(scale)
     return dq.reshape(shape), dk.reshape(shape), dv.reshape(shape)
 
 
-def _attn_fwd(causal: bool) -> Callable[[Tensors, TaskSpec | None], Tensors]:
-    def run(inputs: Tensors, task: TaskSpec | None = None) -> Tensors:
-        o, lse = attention_forward(inputs["Q"], inputs["K"], inputs["V"], causal)
+def _attn_fwd(causal: bool) -> Operation:
+    def run(inputs: Tensors, task: TaskSpec | None = None, *, exact: bool = False,
+            rows: Tensor | None = None) -> Tensors:
+        o, lse = attention_forward(inputs["Q"], inputs["K"], inputs["V"], causal, rows=rows, exact=exact)
         return {"O": o, "LSE": lse}
     return run
 
 
-def _attn_bwd(causal: bool) -> Callable[[Tensors, TaskSpec | None], Tensors]:
-    def run(inputs: Tensors, task: TaskSpec | None = None) -> Tensors:
+def _attn_bwd(causal: bool) -> Operation:
+    def run(inputs: Tensors, task: TaskSpec | None = None, *, exact: bool = False,
+            rows: Tensor | None = None) -> Tensors:
         dq, dk, dv = attention_backward(inputs["Q"], inputs["K"], inputs["V"], inputs["O"], inputs["dO"],
-                                        inputs["LSE"], causal)
+                                        inputs["LSE"], causal, rows=rows, exact=exact)
         return {"dQ": dq, "dK": dk, "dV": dv}
     return run
 
 
-def rmsnorm(inputs: Tensors, task: TaskSpec | None = None) -> Tensors:
+def rmsnorm(inputs: Tensors, task: TaskSpec | None = None, *, exact: bool = False) -> Tensors:
     import torch
 
     eps = float(task.params.get("eps", 1e-6)) if task is not None else 1e-6
     x, w = inputs["X"], inputs["W"]
-    dt = _compute_dtype(x, w)
+    dt = torch.float64 if exact else _compute_dtype(x, w)
     xf = x.to(dt)
     r = torch.rsqrt(xf.square().mean(dim=-1, keepdim=True) + eps)
     return {"Y": xf * r * w.to(dt)}
 
 
-def add(inputs: Tensors, task: TaskSpec | None = None) -> Tensors:
+def add(inputs: Tensors, task: TaskSpec | None = None, *, exact: bool = False) -> Tensors:
     return {"Z": inputs["X"].double() + inputs["Y"].double()}
 
 
-OPERATIONS: dict[str, Callable[[Tensors, TaskSpec | None], Tensors]] = {
+Operation = Callable[..., Tensors]
+OPERATIONS: dict[str, Operation] = {
     "gemm": gemm,
     "attn_fwd": _attn_fwd(False),
     "attn_fwd_causal": _attn_fwd(True),
@@ -188,18 +243,19 @@ OPERATIONS: dict[str, Callable[[Tensors, TaskSpec | None], Tensors]] = {
     "rmsnorm": rmsnorm,
     "add": add,
 }
-FAST_OPERATIONS: dict[str, Callable[[Tensors, TaskSpec | None], Tensors]] = {"gemm": gemm_fast}
 
 
-def reference(task: TaskSpec, inputs: Tensors, *, fast: bool = False) -> Tensors:
-    """The task's outputs for these inputs, in higher precision (float64 or float32); `fast`: by the quicker
-    form of the operation where it has one whose error is far inside the task's tolerance."""
+def reference(task: TaskSpec, inputs: Tensors, *, exact: bool = False, rows: Tensor | None = None) -> Tensors:
+    """The task's outputs for these inputs, in higher precision (float64 or float32). `exact`: the slower
+    forms the tensor-core ones are measured against; `rows`: at those positions along S only (ROW_SAMPLED)."""
     if task.operation not in OPERATIONS:
         raise KeyError(f"{task.source}: operation {task.operation!r} has no reference "
                        f"(known: {', '.join(OPERATIONS)})")
-    if fast and task.operation in FAST_OPERATIONS:
-        return FAST_OPERATIONS[task.operation](inputs, task)
-    return OPERATIONS[task.operation](inputs, task)
+    if rows is None:
+        return OPERATIONS[task.operation](inputs, task, exact=exact)
+    if task.operation not in ROW_SAMPLED:
+        raise ValueError(f"{task.id}: {task.operation!r} has no reference at a sample of rows")
+    return OPERATIONS[task.operation](inputs, task, exact=exact, rows=rows)
 
 
 def derive_inputs(task: TaskSpec, inputs: Tensors) -> Tensors:
@@ -218,4 +274,29 @@ def derive_inputs(task: TaskSpec, inputs: Tensors) -> Tensors:
     out = {}
     for t in task.inputs:
         out[t.name] = made[t.name].to(torch_dtype(t.dtype)) if t.derived else inputs[t.name]
+    return out
+
+
+def own_error(task: TaskSpec, inputs: Tensors, *, rows: Tensor | None = None) -> dict[str, dict[str, float]]:
+    """The reference's error on these inputs against the same operation in float64, per output: `rel_l2`
+    over the output, and `element_ratio`, the largest |ref − f64| over the task's element bound (`outliers`
+    elements may exceed it: their count is `over_bound`)."""
+    import torch
+
+    wide = {name: t.double() for name, t in inputs.items()}
+    quick = reference(task, inputs, rows=rows)
+    exact = reference(task, wide, exact=True, rows=rows)
+    out: dict[str, dict[str, float]] = {}
+    for spec in task.outputs:
+        got, want = quick[spec.name].double(), exact[spec.name]
+        diff = (got - want).abs()
+        bound = task.tolerance.element_for(spec.name, spec.dtype)
+        rel = float(diff.norm() / want.norm()) if float(want.norm()) else float(diff.norm())
+        entry = {"rel_l2": rel, "tolerance": task.tolerance.max_for(spec.name)}
+        if bound is not None:
+            allowed = bound.atol * torch.sqrt(torch.mean(want ** 2)) + bound.rtol * want.abs()
+            ratio = diff / allowed.clamp_min(torch.finfo(torch.float64).tiny)
+            entry.update(element_ratio=float(ratio.max()), over_tenth=int((ratio > 0.1).sum()),
+                         elements=want.numel(), outliers=bound.outliers)
+        out[spec.name] = entry
     return out

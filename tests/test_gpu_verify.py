@@ -240,6 +240,7 @@ def test_every_timed_round_gets_new_inputs_and_a_reference_only_when_checked():
                                             ("attn_bwd_sm90a", {"B": 1, "H": 1, "S": 64, "D": 64})])
 def test_compute_bound_and_derived_input_tasks_draw_fresh_sets_too(task_id, sizes):
     from ptxbench.engine.gpu.datacache import FreshSets, draw
+    from ptxbench.tasks.reference import reference
 
     task = get_task(task_id)
     pool = FreshSets(task, sizes, torch.device("cpu"))
@@ -247,11 +248,11 @@ def test_compute_bound_and_derived_input_tasks_draw_fresh_sets_too(task_id, size
     name = task.inputs[0].name
     assert not torch.equal(a.inputs[name], b.inputs[name])
     seed = (pool.base + 7919 * 1) % (1 << 62)
-    same = draw(task, sizes, seed, torch.device("cpu"), fast=True)  # the lazy reference is theirs, in its quick form
-    full = draw(task, sizes, seed, torch.device("cpu"))
+    same = draw(task, sizes, seed, torch.device("cpu"))     # the lazy reference is theirs
+    full = reference(task, same.inputs, exact=True)
     for out in task.outputs:
         assert torch.equal(a.reference[out.name], same.reference[out.name])
-        exact = full.reference[out.name].double()
+        exact = full[out.name].double()
         err = (a.reference[out.name].double() - exact).norm() / exact.norm()
         assert err < 1e-5                # far inside any bf16 tolerance (2^-9 is its own rounding)
 
@@ -263,12 +264,12 @@ def test_the_quick_gemm_reference_is_exact_products_accumulated_in_float32():
     gen = torch.Generator().manual_seed(4)
     a = torch.randn(96, 2048, generator=gen).to(torch.bfloat16)
     b = torch.randn(80, 2048, generator=gen).to(torch.bfloat16)
-    quick = reference(task, {"A": a, "B": b}, fast=True)["C"]
-    exact = reference(task, {"A": a, "B": b})["C"]
+    quick = reference(task, {"A": a, "B": b})["C"]
+    exact = reference(task, {"A": a, "B": b}, exact=True)["C"]
     assert quick.dtype == torch.float32 and exact.dtype == torch.float64
     scale = (a.double().abs() @ b.double().abs().T)          # the accumulation's error bound scales with Σ|a||b|
     assert ((quick.double() - exact).abs() <= 2048 * 2.0 ** -24 * scale).all()
-    wide = reference(task, {"A": a.float(), "B": b.float()}, fast=True)["C"]
+    wide = reference(task, {"A": a.float(), "B": b.float()})["C"]
     assert wide.dtype == torch.float64                        # f32 inputs are not exact in TF32: the full form
 
 
@@ -339,3 +340,60 @@ def test_scaled_rows_differ_in_scale_and_keep_their_spikes():
     x = draw((512, 1024), "scaled_rows", torch.Generator().manual_seed(3), "cpu")
     rms = x.pow(2).mean(dim=1).sqrt()
     assert rms.max() / rms.min() > 20
+
+
+# -- a held-out size's values compared at a sample of rows ------------------------------------------------
+
+
+@pytest.fixture
+def heads():
+    """A [2, 3, 64, 8] f32 output (an attention's O): right, with its reference at every row."""
+    arena = Arena(torch.device("cpu"))
+    arena.add("X", "f32", (2, 3, 64, 8), "input")
+    arena.add("O", "f32", (2, 3, 64, 8), "output")
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn(2, 3, 64, 8, generator=gen)
+    arena.fill({"X": x}, {})
+    arena.buffers["O"].tensor.copy_(x)
+    return arena, {"X": x}, {"O": x.double()}
+
+
+SAMPLE = torch.tensor([0, 1, 9, 40, 63])
+HEAD_BOUNDS = {"O": Tolerance("rel_l2", 1e-3).element_for("O", "f32")}
+
+
+def _at_rows(ref):
+    return {"O": ref["O"].index_select(2, SAMPLE)}
+
+
+def test_values_off_the_sampled_rows_are_not_compared_but_every_element_is_checked(heads):
+    arena, pristine, ref = heads
+    o = arena.buffers["O"].tensor
+    o[1, 2, 5] += 1.0                                        # row 5 is not in the sample
+    v = verify(arena, pristine, _at_rows(ref), "rel_l2", {"O": 1e-3}, HEAD_BOUNDS, SAMPLE)
+    assert v.category == "ok" and v.detail["sampled_rows"] == 5
+    assert v.detail["elements"]["O"]["of"] == 2 * 3 * 5 * 8
+    o[1, 2, 40, 3] += 5.0                                    # row 40 is: found, at its place in the whole output
+    v = verify(arena, pristine, _at_rows(ref), "rel_l2", {"O": 1e-3}, HEAD_BOUNDS, SAMPLE)
+    assert v.category == "wrong_result"
+    assert v.worst["index"] == [1, 2, 40, 3] and v.detail["elements"]["O"]["first_index"] == [1, 2, 40, 3]
+    o[0, 0, 7, 1] = float("nan")                             # a NaN anywhere, sampled row or not
+    v = verify(arena, pristine, _at_rows(ref), "rel_l2", {"O": 1e-3}, HEAD_BOUNDS, SAMPLE)
+    assert v.category == "nan_inf" and v.detail["nonfinite"]["O"]["first_index"] == [0, 0, 7, 1]
+    arena.buffers["O"].poison()                              # and an unwritten element anywhere
+    keep = o[1, 1, 30, 0].clone()
+    o.copy_(pristine["X"])
+    o[1, 1, 30, 0] = keep
+    v = verify(arena, pristine, _at_rows(ref), "rel_l2", {"O": 1e-3}, HEAD_BOUNDS, SAMPLE)
+    assert v.category == "unwritten_output" and v.detail["unwritten"]["O"]["first_index"] == [1, 1, 30, 0]
+
+
+def test_a_held_out_sample_holds_the_edges_and_is_new_each_time():
+    from ptxbench.engine.gpu.datacache import EDGE_ROWS, row_sample
+
+    a, b = row_sample(16384, 1024), row_sample(16384, 1024)
+    assert a.numel() == 1024 and torch.equal(a, a.unique())
+    for s in (a, b):
+        assert set(range(EDGE_ROWS)) <= set(s.tolist()) and set(range(16384 - EDGE_ROWS, 16384)) <= set(s.tolist())
+    assert not torch.equal(a, b)
+    assert row_sample(1024, 1024) is None and row_sample(4096, 0) is None

@@ -42,11 +42,15 @@ def explicit_attention(q, k, v, causal):
 def test_gemm_matches_an_explicit_sum():
     t = get_task("gemm_bf16_sm90a")
     x = make_inputs(t, tiny(t), seed=3)
-    c = reference(t, x)["C"]
+    c = reference(t, x, exact=True)["C"]
     assert c.dtype == torch.float64 and c.shape == (48, 40)
     a, b = x["A"].double(), x["B"].double()
     explicit = (a[:, None, :] * b[None, :, :]).sum(-1)
     assert torch.allclose(c, explicit, rtol=1e-12, atol=1e-12)
+    # bf16 products are exact in float32: only the accumulation rounds.
+    quick = reference(t, x)["C"]
+    assert quick.dtype == torch.float32
+    assert ((quick.double() - explicit).abs() <= 24 * 2.0 ** -24 * (a.abs() @ b.abs().T)).all()
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -77,6 +81,31 @@ def test_attention_backward_matches_autograd_in_float64(causal):
         got = attention_backward(q, k, v, o, do, lse, causal, tile=tile)
         for e, r in zip(expected, got):
             assert r.dtype == torch.float64 and torch.allclose(r, e, atol=1e-11), (tile, (r - e).abs().max())
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_at_a_sample_of_rows_is_the_full_reference_at_those_rows(causal):
+    g = torch.Generator().manual_seed(7)
+    q, k, v, do = (torch.randn(2, 3, 40, 8, generator=g, dtype=torch.float64) for _ in range(4))
+    o, lse = attention_forward(q, k, v, causal)
+    full = attention_backward(q, k, v, o, do, lse, causal)
+    for rows in (torch.tensor([0, 5, 6, 17, 39]), torch.tensor([39]), torch.tensor([3, 0, 3])):
+        keep = torch.unique(rows)
+        for tile in (1 << 28, 50):
+            o_r, lse_r = attention_forward(q, k, v, causal, tile=tile, rows=rows)
+            assert o_r.shape == (2, 3, len(keep), 8) and lse_r.shape == (2, 3, len(keep))
+            assert torch.allclose(o_r, o[:, :, keep], atol=1e-12) and torch.allclose(lse_r, lse[:, :, keep], atol=1e-12)
+            sampled = attention_backward(q, k, v, o, do, lse, causal, tile=tile, rows=rows)
+            for got, want in zip(sampled, full):
+                assert torch.allclose(got, want[:, :, keep], atol=1e-11), (rows, tile, (got - want[:, :, keep]).abs().max())
+    with pytest.raises(ValueError, match="positions"):
+        attention_forward(q, k, v, causal, rows=torch.tensor([40]))
+
+
+def test_a_row_sample_is_refused_where_the_operation_has_none():
+    t = get_task("gemm_bf16_sm90a")
+    with pytest.raises(ValueError, match="sample of rows"):
+        reference(t, make_inputs(t, tiny(t), seed=0), rows=torch.tensor([0]))
 
 
 def test_rmsnorm_matches_the_formula():

@@ -54,35 +54,61 @@ class TaskData:
         kept = self.reference.kept() if isinstance(self.reference, LazyReference) else self.reference.values()
         return sum(t.numel() * t.element_size() for t in (*self.inputs.values(), *kept))
 
+    def reference_at(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The reference at these positions along S only, computed now and not kept."""
+        if isinstance(self.reference, LazyReference):
+            return self.reference.at_rows(rows)
+        index = rows.to(next(iter(self.inputs.values())).device)
+        return {name: t.index_select(2, index) for name, t in self.reference.items()}
+
     def release(self) -> None:
         """Forget the reference, if it was computed (the next read computes it again)."""
         if isinstance(self.reference, LazyReference):
             self.reference.release()
 
 
-def draw(task: TaskSpec, sizes: dict[str, int], seed: int, device: torch.device, *, lazy: bool = False,
-         fast: bool = False) -> TaskData:
-    """Inputs of one seed and their reference, uncached; `lazy`: the reference computed when first read;
-    `fast`: by tasks.reference's quicker form where it has one (a checked timing round)."""
+def draw(task: TaskSpec, sizes: dict[str, int], seed: int, device: torch.device, *, lazy: bool = False) -> TaskData:
+    """Inputs of one seed and their reference, uncached; `lazy`: the reference computed when first read."""
     raw = make_inputs(task, sizes, seed, device)
     inputs = {t.name: raw[t.name].to(TORCH_DTYPES[t.dtype]).contiguous() for t in task.inputs}
-    ref = LazyReference(task, inputs, fast)   # from the very tensors a seal covers (a lazy one: after the run)
+    ref = LazyReference(task, inputs)   # from the very tensors a seal covers (a lazy one: after the run)
     return TaskData(inputs, ref if lazy else ref.computed())
+
+
+EDGE_ROWS = 128         # a held-out sample always holds the first and last rows: where tiles end
+
+
+def row_sample(length: int, count: int) -> torch.Tensor | None:
+    """`count` positions of `length` (sorted, on the CPU), drawn from the OS after the run they check: the
+    first and last EDGE_ROWS, and the rest at random; None when that would be every row."""
+    if count <= 0 or count >= length:
+        return None
+    edges = torch.cat([torch.arange(min(EDGE_ROWS, length)), torch.arange(max(0, length - EDGE_ROWS), length)])
+    middle = torch.arange(EDGE_ROWS, max(EDGE_ROWS, length - EDGE_ROWS))
+    want = max(0, count - edges.unique().numel())
+    gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little") >> 2)
+    picked = middle[torch.randperm(middle.numel(), generator=gen)[:want]]
+    return torch.cat([edges, picked]).unique()
 
 
 class LazyReference(Mapping[str, torch.Tensor]):
     """A set's reference, computed (on the current stream) the first time an output is read: it does not
     exist while the candidate's run that it checks is under way."""
 
-    def __init__(self, task: TaskSpec, raw: dict[str, torch.Tensor], fast: bool = False) -> None:
-        self.task, self.raw, self.fast = task, raw, fast
+    def __init__(self, task: TaskSpec, raw: dict[str, torch.Tensor]) -> None:
+        self.task, self.raw = task, raw
         self._outputs: dict[str, torch.Tensor] | None = None
 
     def computed(self) -> dict[str, torch.Tensor]:
         if self._outputs is None:
-            outputs = reference(self.task, self.raw, fast=self.fast)
+            outputs = reference(self.task, self.raw)
             self._outputs = {t.name: outputs[t.name].contiguous() for t in self.task.outputs}
         return self._outputs
+
+    def at_rows(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The outputs at these positions along S only (tasks.reference.ROW_SAMPLED); not kept."""
+        outputs = reference(self.task, self.raw, rows=rows)
+        return {t.name: outputs[t.name].contiguous() for t in self.task.outputs}
 
     def kept(self) -> list[torch.Tensor]:
         return list(self._outputs.values()) if self._outputs is not None else []
@@ -251,7 +277,7 @@ class FreshSets(Sequence[TaskData]):
             raise TypeError("a pool of fresh sets is not sliced")
         if self._last is None or self._last[0] != k:
             seed = (self.base + 7919 * k) % (1 << 62)
-            data = draw(self.task, self.sizes, seed, self.device, lazy=True, fast=True)
+            data = draw(self.task, self.sizes, seed, self.device, lazy=True)
             data.seal_slot = self._seals.keep(fingerprint(data))     # enqueued: every round alike
             self._last = (k, data)
         return self._last[1]

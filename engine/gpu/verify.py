@@ -78,16 +78,36 @@ def _canary_values(buf: GuardedBuffer) -> list[torch.Tensor]:
             torch.where(after, positions, GUARD_BYTES).min()]
 
 
+def _full_index(flat: torch.Tensor, shape: tuple[int, ...], rows: torch.Tensor) -> torch.Tensor:
+    """The flat index in the whole output of element `flat` of its rows `rows` along dimension 2."""
+    inner = math.prod(shape[3:])
+    rest, t = flat % inner, flat // inner
+    return ((t // rows.numel()) * shape[2] + rows[t % rows.numel()]) * inner + rest
+
+
 def _output_values(buf: GuardedBuffer, ref: torch.Tensor, metric: str,
-                   bound: ElementBound | None) -> list[torch.Tensor]:
+                   bound: ElementBound | None, rows: torch.Tensor | None = None) -> list[torch.Tensor]:
+    """`rows`: `ref` holds the output at those positions along dimension 2 only; the values are compared there,
+    every element is still checked for being written and finite."""
     bits = bits_view(buf.tensor)
     unwritten = bits == poison_value(buf.dtype)
     work = torch.float64 if buf.tensor.element_size() >= 4 else torch.float32
-    o = buf.tensor.reshape(-1).to(work)
-    r = ref.reshape(-1).to(work)
-    ref_ok = torch.isfinite(r)
-    nonfinite = ~torch.isfinite(o) & ref_ok
-    first_nonfinite = _first(nonfinite)
+    if rows is None:
+        o = buf.tensor.reshape(-1).to(work)
+        r = ref.reshape(-1).to(work)
+        ref_ok = torch.isfinite(r)
+        nonfinite = ~torch.isfinite(o) & ref_ok
+        first_nonfinite = _first(nonfinite)
+        nonfinite_value = o[first_nonfinite]
+    else:
+        whole = buf.tensor.reshape(-1)
+        nonfinite = ~torch.isfinite(whole)          # unsampled elements have no reference to be finite with
+        first_nonfinite = _first(nonfinite)
+        nonfinite_value = whole[first_nonfinite].to(work)
+        rows = rows.to(buf.tensor.device)
+        o = buf.tensor.index_select(2, rows).reshape(-1).to(work)
+        r = ref.reshape(-1).to(work)
+        ref_ok = torch.isfinite(r)
     diff = (o - r).abs_()
     # Where the reference itself is not finite, only an identical value counts as right.
     same = (o == r) | (torch.isnan(o) & torch.isnan(r))
@@ -110,16 +130,21 @@ def _output_values(buf: GuardedBuffer, ref: torch.Tensor, metric: str,
     else:
         violations = ratio = torch.zeros((), dtype=torch.float64, device=o.device)
         first_violation = torch.zeros((), dtype=torch.int64, device=o.device)
+    worst_at, violation_at = worst, first_violation
+    if rows is not None:
+        worst_at = _full_index(worst, tuple(buf.tensor.shape), rows)
+        violation_at = _full_index(first_violation, tuple(buf.tensor.shape), rows)
     fingerprint = bits.to(torch.int64).sum() & FINGERPRINT_MASK
-    return [unwritten.sum(), _first(unwritten), nonfinite.sum(), first_nonfinite, o[first_nonfinite], value, worst,
-            o[worst], r[worst], violations, first_violation, o[first_violation], r[first_violation], ratio, rms,
+    return [unwritten.sum(), _first(unwritten), nonfinite.sum(), first_nonfinite, nonfinite_value, value, worst_at,
+            o[worst], r[worst], violations, violation_at, o[first_violation], r[first_violation], ratio, rms,
             fingerprint]
 
 
 def summarize(arena: Arena, pristine: dict[str, torch.Tensor], reference: dict[str, torch.Tensor], metric: str,
-              bounds: dict[str, ElementBound | None] | None = None) -> torch.Tensor:
-    """Every number `decode` needs, as one float64 tensor on the arena's device; enqueued, not waited for."""
-    if fused.ENABLED:
+              bounds: dict[str, ElementBound | None] | None = None, rows: torch.Tensor | None = None) -> torch.Tensor:
+    """Every number `decode` needs, as one float64 tensor on the arena's device; enqueued, not waited for.
+    `rows`: the reference is the outputs at those positions along dimension 2 only (a held-out sample)."""
+    if fused.ENABLED and rows is None:
         made = fused.summary(arena, pristine, reference, metric, bounds or {})
         if made is not None:
             return made
@@ -130,13 +155,14 @@ def summarize(arena: Arena, pristine: dict[str, torch.Tensor], reference: dict[s
         changed = bits_view(buf.tensor) != bits_view(pristine[buf.name])
         values += [changed.sum(), _first(changed)]
     for buf in arena.by_role("output"):
-        values += _output_values(buf, reference[buf.name], metric, (bounds or {}).get(buf.name))
+        values += _output_values(buf, reference[buf.name], metric, (bounds or {}).get(buf.name), rows)
     return torch.stack([v.to(torch.float64) for v in values])
 
 
 def decode(values: list[float], arena: Arena, metric: str, tolerances: dict[str, float],
-           bounds: dict[str, ElementBound | None] | None = None) -> Verdict:
-    """The verdict the numbers of `summarize` (read back as a list) stand for."""
+           bounds: dict[str, ElementBound | None] | None = None, rows: int | None = None) -> Verdict:
+    """The verdict the numbers of `summarize` (read back as a list) stand for; `rows`: how many positions
+    along dimension 2 the values were compared at (all, when None)."""
     it = iter(values)
 
     def take(names: tuple[str, ...]) -> dict[str, float]:
@@ -201,7 +227,7 @@ def decode(values: list[float], arena: Arena, metric: str, tolerances: dict[str,
         bound = (bounds or {}).get(name)
         if bound is None:
             continue
-        n = buf.tensor.numel()
+        n = buf.tensor.numel() if rows is None else buf.tensor.numel() // buf.shape[2] * rows
         report = {"violations": int(o["violations"]), "of": n, "max_ratio": _number(o["max_ratio"]),
                   "bound": {"rtol": bound.rtol, "atol_rms": bound.atol, "rms": o["rms"], "outliers": bound.outliers}}
         if o["violations"]:
@@ -212,10 +238,15 @@ def decode(values: list[float], arena: Arena, metric: str, tolerances: dict[str,
             verdict.category = "wrong_result"
     if elements:
         verdict.detail["elements"] = elements
+    if rows is not None:
+        verdict.detail["sampled_rows"] = rows
     return verdict
 
 
 def verify(arena: Arena, pristine: dict[str, torch.Tensor], reference: dict[str, torch.Tensor],
-           metric: str, tolerances: dict[str, float], bounds: dict[str, ElementBound | None] | None = None) -> Verdict:
-    """The verify verdict for one launch (its work already enqueued on the current stream)."""
-    return decode(summarize(arena, pristine, reference, metric, bounds).tolist(), arena, metric, tolerances, bounds)
+           metric: str, tolerances: dict[str, float], bounds: dict[str, ElementBound | None] | None = None,
+           rows: torch.Tensor | None = None) -> Verdict:
+    """The verify verdict for one launch (its work already enqueued on the current stream); `rows`: the
+    reference is the outputs at those positions along dimension 2 only."""
+    values = summarize(arena, pristine, reference, metric, bounds, rows).tolist()
+    return decode(values, arena, metric, tolerances, bounds, None if rows is None else rows.numel())
