@@ -258,6 +258,42 @@ def reference(task: TaskSpec, inputs: Tensors, *, exact: bool = False, rows: Ten
     return OPERATIONS[task.operation](inputs, task, exact=exact, rows=rows)
 
 
+# Rows of a cuDNN forward compared with the reference forward before its O and LSE are first used.
+_STORED_CHECK_ROWS = 16
+_stored_agrees: dict[tuple[str, bool], bool] = {}
+
+
+def stored_forward(q: Tensor, k: Tensor, v: Tensor, causal: bool) -> tuple[Tensor, Tensor]:
+    """O and LSE as a training forward pass stores them, for attention backward's inputs: cuDNN's fused
+    attention where it runs (about a millisecond at S = 4096 on an H200, against 38 ms for the reference
+    forward, which every round of a backward's timing pays for its fresh inputs); the reference forward
+    elsewhere. The first time in a process for each dtype and mask, cuDNN's LSE is held within 1e-5 of the
+    reference forward's at a few rows (the same convention: natural log, the same scale), and not again, so
+    that drawing inputs never waits for the GPU. The backward's reference uses the O and LSE it is given,
+    as a kernel does, so they need only be a forward's."""
+    import torch
+
+    B, H, S, D = q.shape
+    key = (str(q.dtype), causal)
+    if q.is_cuda and q.dtype in (torch.bfloat16, torch.float16) and k.dtype == q.dtype and v.dtype == q.dtype \
+            and _stored_agrees.get(key, True):
+        try:
+            made = torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0, causal, False,
+                                                                      scale=1.0 / math.sqrt(D))
+        except (RuntimeError, AttributeError):
+            made = None
+        if made is not None and made[1] is not None and made[1].numel() == B * H * S and made[0].shape == q.shape:
+            o, lse = made[0].contiguous(), made[1].reshape(B, H, S).float().contiguous()
+            if key not in _stored_agrees:
+                rows = torch.unique(torch.linspace(0, S - 1, _STORED_CHECK_ROWS).long())
+                _, want = attention_forward(q, k, v, causal, rows=rows)
+                err = ((lse[:, :, rows.to(q.device)] - want).abs() / want.abs().clamp_min(1.0)).max()
+                _stored_agrees[key] = bool(torch.isfinite(o).all()) and float(err) <= 1e-5
+            if _stored_agrees[key]:
+                return o, lse
+    return attention_forward(q, k, v, causal)
+
+
 def derive_inputs(task: TaskSpec, inputs: Tensors) -> Tensors:
     """Fill the task's derived inputs (attention backward: O and LSE from the forward reference).
 
@@ -269,7 +305,7 @@ def derive_inputs(task: TaskSpec, inputs: Tensors) -> Tensors:
         return dict(inputs)
     if task.operation not in ("attn_bwd", "attn_bwd_causal"):
         raise KeyError(f"{task.source}: no rule derives {[t.name for t in derived]} for {task.operation!r}")
-    o, lse = attention_forward(inputs["Q"], inputs["K"], inputs["V"], task.operation.endswith("_causal"))
+    o, lse = stored_forward(inputs["Q"], inputs["K"], inputs["V"], task.operation.endswith("_causal"))
     made = {"O": o, "LSE": lse}
     out = {}
     for t in task.inputs:

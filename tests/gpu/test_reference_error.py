@@ -40,3 +40,19 @@ def test_the_reference_is_within_a_tenth_of_the_tolerance(task, split, sizes):
         assert e["rel_l2"] <= e["tolerance"] / 10, (name, e)
         if "element_ratio" in e:
             assert e["over_tenth"] <= e["outliers"] * e["elements"], (name, e)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_backward_inputs_are_a_forward_pass_that_agrees_with_the_reference(causal):
+    """Attention backward's O and LSE (tasks/reference.py `stored_forward`, cuDNN's forward where it runs)
+    agree with the reference forward: LSE to float32 accuracy, O to the bf16 it is stored in."""
+    from ptxbench.tasks.reference import attention_forward, stored_forward
+
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    q, k, v = (torch.randn(2, 4, 2048, 128, generator=gen, device="cuda").to(torch.bfloat16) for _ in range(3))
+    q[:, :, ::128] *= 40                                                    # hot rows: scores in the hundreds
+    o, lse = stored_forward(q, k, v, causal)
+    ro, rlse = attention_forward(q, k, v, causal)
+    assert o.dtype in (torch.bfloat16, torch.float32) and lse.dtype == torch.float32 and lse.shape == (2, 4, 2048)
+    assert float(((lse - rlse).abs() / rlse.abs().clamp_min(1.0)).max()) <= 1e-5
+    assert float((o.float() - ro).norm() / ro.norm()) <= 4e-3
