@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import hashlib
+import math
 import os
 import time
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from ptxbench.engine import ENGINE_VERSION
 from ptxbench.engine.candidate import Candidate
 from ptxbench.engine.categories import CORRECT, OK, SKIPPED_PREFIX, STAGE_OF, worst
 from ptxbench.engine.coverage import states as coverage_states
+from ptxbench.engine.coverage import work_done
 from ptxbench.engine.extract import ExtractResult
 from ptxbench.engine.gpu.protocol import (
     ArgPlan, DeviceInfo, Job, LaunchPlan, ScratchPlan, SizePlan, SizeResult, TensorMapPlan,
@@ -38,6 +40,7 @@ from ptxbench.engine.launch_check import check_launches
 from ptxbench.engine.manifest import ResolvedManifest
 from ptxbench.engine.runner import Runner, WorkerUnavailable
 from ptxbench.engine.static import StaticVerdict, judge_static
+from ptxbench.tasks.records import DTYPE_BYTES
 from ptxbench.tasks.spec import TaskSpec, get_task
 
 Progress = Callable[[str, str, str | None], None]      # (stage, "begin" | "end", category)
@@ -220,7 +223,7 @@ def judge(
                                 resources=static.resources)
     measured = _run_plans(runner, spec, static, plans, timing or TimingConfig(), launch_timeout_s, budget_s,
                           note, out)
-    _judge_coverage(static, measured, out)
+    _judge_coverage(static, measured, out, spec, plans)
     out.measurements = _in_size_order(spec, sizes, decided + measured)
     _summarise(out)
     if sanitize or executed:
@@ -272,7 +275,7 @@ def _run_plans(runner: Runner, task: TaskSpec, static: StaticVerdict, plans: lis
         assert static.cubin is not None
         job = Job(task.id, static.cubin, tuple(pending), timing, launch_timeout_s, budget_s=budget_s - spent,
                   coverage_cubin=static.coverage_cubin, coverage_symbol=static.coverage.get("symbol", ""),
-                  coverage_slots=len(static.coverage.get("families", ())))
+                  coverage_slots=2 * len(static.coverage.get("families", ())))
         stages = _Stages(note)
         stages.enter("run")
         result = runner.judge(job, on_event=stages.on_event)
@@ -331,11 +334,52 @@ class _Stages:
             self.enter(self._STAGE_OF_PHASE[event["phase"]])
 
 
-def _judge_coverage(static: StaticVerdict, measured: list[SizeMeasurement], out: Judgement) -> None:
+# The least share of a size's work each counted family must be seen to do in the marked copy: its FLOPs
+# (wgmma) against the task's, the bytes it moved (bulk and tensor copies) against the size's inputs. An
+# honest kernel does all of it (a tiled GEMM loads its inputs many times over); one copy into a scratch
+# word, or a token MMA beside FFMA loops, does next to none.
+WORK_FLOOR = {"flops": 0.5, "bytes": 0.25, "boxes": 0.25}
+# A tensor copy's bytes are its box, which the instruction does not name: the largest box of the launch's
+# tensor maps stands for every copy (without one, 227 KiB, a block's whole shared memory).
+_MAX_BOX_BYTES = 227 << 10
+
+
+def _work_needed(spec: TaskSpec, sizes: dict[str, int], kind: str, plan: SizePlan | None) -> tuple[float, float]:
+    """What a size needs of a counter kind, and what one count of it is worth."""
+    if kind == "flops":
+        return float(spec.flops(sizes) if spec.flops_expr else 0), 1.0
+    shapes = spec.shapes(sizes)
+    need = float(sum(math.prod(shapes[t.name]) * DTYPE_BYTES[t.dtype] for t in spec.inputs))
+    if kind == "bytes":
+        return need, 1.0
+    boxes = [math.prod(m.box) * DTYPE_BYTES.get(m.dtype, 4) for m in (plan.tensor_maps if plan else ())]
+    return need, float(max(boxes, default=_MAX_BOX_BYTES))
+
+
+def _short_of_work(static: StaticVerdict, spec: TaskSpec, m: SizeMeasurement, plan: SizePlan | None,
+                   slots: list[int]) -> dict[str, dict[str, Any]]:
+    """Counted families that did under WORK_FLOOR of the size's work in the marked copy, with the figures."""
+    families, kinds = static.coverage["families"], static.coverage.get("work") or []
+    short: dict[str, dict[str, Any]] = {}
+    for family, count in work_done(families, kinds, slots).items():
+        kind = kinds[families.index(family)]
+        assert kind is not None
+        need, unit = _work_needed(spec, m.sizes, kind, plan)
+        if need <= 0:
+            continue
+        share = count * unit / need
+        if share < WORK_FLOOR[kind]:
+            short[family] = {"kind": kind, "counted": count, "share": round(share, 6), "floor": WORK_FLOOR[kind]}
+    return short
+
+
+def _judge_coverage(static: StaticVerdict, measured: list[SizeMeasurement], out: Judgement,
+                    spec: TaskSpec | None = None, plans: list[SizePlan] | None = None) -> None:
     """The marked copy's slots, size by size (engine/coverage.py): a train size that passed but where a
-    requested family never ran is `required_not_executed`; held-out sizes say so as information (an honest
-    kernel may take a plainer path at an awkward size). `executed` is True only when every train size that
-    passed was looked at and every family ran there; False when one did not run; None when not measured.
+    requested family never ran, or did under WORK_FLOOR of the size's work, is `required_not_executed`;
+    held-out sizes say so as information (an honest kernel may take a plainer path at an awkward size).
+    `executed` is True only when every train size that passed was looked at and every family ran there;
+    False when one did not run; None when not measured.
 
     A copy that could not be made, loaded or launched for the candidate's sake shows nothing ran: such a
     train size is `required_not_executed` too (0.6 let it pass unmeasured; round 7 built candidates whose
@@ -348,10 +392,12 @@ def _judge_coverage(static: StaticVerdict, measured: list[SizeMeasurement], out:
         if error and static.require:
             out.executed = False if _not_seen(measured, f"no marked copy could be made ({error})") else None
         return
+    by_sizes = {tuple(sorted(p.sizes.items())): p for p in plans or ()}
     rows: list[dict[str, Any]] = []
     looked, unseen, failed = 0, 0, False
     for m in measured:
         slots, why = m.detail.pop("coverage", None), m.detail.pop("coverage_note", "")
+        proofs = m.detail.pop("coverage_proofs", None)
         train_ok = m.split == "train" and m.category == OK
         if slots is None:
             if why:
@@ -360,17 +406,45 @@ def _judge_coverage(static: StaticVerdict, measured: list[SizeMeasurement], out:
             else:
                 unseen += train_ok
             continue
-        states = coverage_states(families, tokens, slots)
-        rows.append({"split": m.split, "sizes": m.sizes, "families": states})
-        missing = [f for f, state in states.items() if state != "ran"]
+        plan = by_sizes.get(tuple(sorted(m.sizes.items())))
+        # After the trials, and in the timed rounds at secret places where the copy ran instead: a family must
+        # have run, and done its share, in every one of them.
+        looks = [("after the trials", slots)] + [(f"in proof round {i + 1} of {len(proofs)}", p)
+                                                 for i, p in enumerate(proofs or [])]
+        row: dict[str, Any] = {"split": m.split, "sizes": m.sizes}
+        problems: list[str] = []
+        for where, seen in looks:
+            states = coverage_states(families, tokens, seen)
+            short = _short_of_work(static, spec, m, plan, seen) if spec is not None else {}
+            look: dict[str, Any] = {"families": states,
+                                    "work": work_done(families, static.coverage.get("work") or [], seen)}
+            if short:
+                look["short_of_work"] = short
+            if where == looks[0][0]:
+                row.update(look)
+            else:
+                row.setdefault("proofs", []).append(look)
+            missing = [f for f, state in states.items() if state != "ran"]
+            if missing:
+                problems.append(f"the requested {', '.join(missing)} never ran {where}: the marked copy of the "
+                                f"candidate left no mark ({', '.join(f'{f}: {states[f]}' for f in missing)})")
+            elif short:
+                problems.append("the requested " + ", ".join(
+                    f"{f} did {v['share']:.2%} of this size's {v['kind']} (at least {v['floor']:.0%} asked)"
+                    for f, v in short.items()) + f" {where}, in the marked copy of the candidate")
+        if "timing" in m.detail and proofs is None:
+            problems.append("no timed round ran the marked copy: "
+                            + str(m.detail["timing"].get("schedule", {}).get("proof_note", "none was made")))
+        rows.append(row)
         if train_ok:
             looked += 1
-            if missing:
+            if problems:
                 failed = True
                 m.category = "required_not_executed"
-                m.message = (f"the requested {', '.join(missing)} never ran at this size: the marked copy of the "
-                             f"candidate left no mark ({', '.join(f'{f}: {states[f]}' for f in missing)})")
-    out.evidence["coverage"] = {"families": families, "sites": static.coverage.get("sites"), "sizes": rows}
+                m.message = problems[0]
+    unmeasured = static.coverage.get("unmeasured")
+    out.evidence["coverage"] = {"families": families, "sites": static.coverage.get("sites"), "sizes": rows,
+                                **({"unmeasured": unmeasured} if unmeasured else {})}
     out.executed = False if failed else (True if looked and not unseen else None)
 
 
@@ -394,6 +468,8 @@ def _measurement(r: SizeResult) -> SizeMeasurement:
         m.detail["coverage"] = r.coverage       # read by _judge_coverage, which keeps what the slots mean instead
     if r.coverage_note:
         m.detail["coverage_note"] = r.coverage_note
+    if r.timing is not None and r.timing.coverage_proofs is not None:
+        m.detail["coverage_proofs"] = r.timing.coverage_proofs     # read (and removed) by _judge_coverage too
     if r.timing is not None:
         t = r.timing
         m.time_ms, m.time_spread, m.tflops, m.sol_fraction = t.time_ms, t.spread, t.tflops, t.sol_fraction

@@ -340,7 +340,7 @@ def _coverage_copy(verdict: StaticVerdict, ptx: str, deadline: Deadline) -> bool
         verdict.coverage = {"error": f"the marked copy did not assemble: {asm.evidence[:400]}"}
         return asm.transient
     verdict.coverage = {"families": marked.families, "tokens": marked.tokens, "sites": marked.sites,
-                        "symbol": marked.symbol}
+                        "symbol": marked.symbol, "work": marked.work, "unmeasured": marked.unmeasured}
     verdict.coverage_cubin = asm.cubin
     return False
 

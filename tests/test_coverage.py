@@ -4,6 +4,7 @@ assembled by the real ptxas, the marks' slots in the cubin, and how the slots re
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -61,7 +62,7 @@ def test_marks_go_under_the_instructions_guard_and_after_its_label():
     assert marked is not None and marked.sites == {"mbarrier": 2}
     text = marked.ptx
     token = marked.tokens[0]
-    assert marked.symbol.startswith(SYMBOL + "_") and f".visible .global .align 8 .u64 {marked.symbol}[1];" in text
+    assert marked.symbol.startswith(SYMBOL + "_") and f".visible .global .align 8 .u64 {marked.symbol}[2];" in text
     # The guarded init: its mark compares under the same predicate.
     tag = marked.symbol.rsplit("_", 1)[1]
     q, v, t = (f"%ptxbench_{tag}_{x}" for x in "qvt")
@@ -107,7 +108,7 @@ def test_every_expert_s_requested_instructions_are_marked_and_the_copy_assembles
         assert cov["sites"][name] == sum(n for op, n in census.items() if fam.matches_ptx(op)) > 0
     assert verdict.coverage_cubin is not None
     slots = [s for sec in data_sections(verdict.coverage_cubin) for s in sec.symbols if s.name == cov["symbol"]]
-    assert slots and slots[0].size == 8 * len(task.families) and slots[0].is_global
+    assert slots and slots[0].size == 16 * len(task.families) and slots[0].is_global
 
 
 def test_the_verdict_cache_keeps_the_marked_copy(cache):
@@ -174,3 +175,129 @@ def test_the_worker_s_slots_reach_the_judgement():
     assert m.detail["coverage"] == [3, 0]
     m = _measurement(SizeResult(0, "train", {"N": 1}, "ok", coverage_note="the marked copy did not load"))
     assert m.detail["coverage_note"] == "the marked copy did not load" and "coverage" not in m.detail
+
+
+# -- the share of the work a family did ------------------------------------------------------------------
+
+COPIES = """.version 8.7
+.target sm_90a
+.address_size 64
+
+.visible .entry k(.param .u64 p, .param .u32 n)
+{
+    .reg .pred %p<3>;
+    .reg .b32 %r<8>;
+    .reg .b64 %rd<4>;
+    .shared .align 128 .b8 buf[4096];
+    .shared .align 8 .b64 bar;
+    ld.param.u64 %rd1, [p];
+    ld.param.u32 %r1, [n];
+    setp.lt.s32 %p1, %r1, 0;
+    mov.u32 %r2, bar;
+    mov.u32 %r3, buf;
+    mbarrier.init.shared.b64 [%r2], 1;
+    @!%p1 cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%r3], [%rd1], %r1, [%r2];
+    cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%r3], [%rd1], 2048, [%r2];
+    cp.async.bulk.prefetch.L2.global [%rd1], 4096;
+    ret;
+}
+"""
+
+
+def test_bulk_copies_count_their_bytes_under_their_guard_and_prefetches_count_nothing():
+    marked = instrument(COPIES, ["bulk_copy", "mbarrier"])
+    assert marked is not None and marked.work == ["bytes", None] and not marked.unmeasured
+    text = marked.ptx
+    assert f"u64 {marked.symbol}[4];" in text
+    assert text.count("red.global.add.u64") == 2                                      # the two copies; the prefetch adds nothing
+    assert "cvt.u64.u32" in text and "%r1;" in text.split("cvt.u64.u32")[1][:60]   # the register size, widened
+    assert "mov.u64" in text and ", 2048;" in text
+    assert "@!%p1 red.global.add.u64" in text                 # under the copy's own guard
+    assert assemble(text, "ptx", "sm_90a").ok
+
+
+def test_a_wgmma_counts_its_flops_from_lane_zero_of_each_warp():
+    task = get_task("gemm_bf16_sm90a")
+    ptx = (SOLUTIONS / task.id / "kernel.ptx").read_text()
+    marked = instrument(ptx, ["wgmma"])
+    assert marked is not None and marked.work == ["flops"]
+    shapes = {(int(n), int(k)) for n, k in re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k(\d+)", ptx)}
+    assert shapes
+    for n, k in shapes:
+        assert f", {2 * 64 * n * k // 4};" in marked.ptx
+    assert "%laneid" in marked.ptx
+
+
+def test_a_copy_size_that_cannot_be_read_is_said_and_counts_nothing():
+    odd = COPIES.replace("[%rd1], 2048, [%r2]", "[%rd1], 2048+0, [%r2]")
+    marked = instrument(odd, ["bulk_copy"])
+    assert marked is not None and marked.unmeasured == {"bulk_copy": 1}
+
+
+def _floored(static, task, sizes, slots):
+    from ptxbench.engine.pipeline import plan_sizes
+
+    out = Judgement(static=static, status="judged", category="ok", stage=None)
+    m = SizeMeasurement("train", dict(sizes), "ok")
+    m.detail["coverage"] = slots
+    plans, _ = plan_sizes(static.candidate, task, static.ptx, 132, sizes=[("train", dict(sizes))],
+                          resources=static.resources)
+    _judge_coverage(static, [m], out, task, plans)
+    return out, m
+
+
+def test_a_family_that_ran_but_did_almost_none_of_the_work_is_required_not_executed():
+    task = get_task("rmsnorm_bf16_sm90a")
+    static = judge_static(SOLUTIONS / task.id / "kernel.ptx", task, use_cache=False)
+    tokens, sizes = static.coverage["tokens"], dict(task.train[0])
+    x_bytes = sizes["T"] * sizes["D"] * 2
+    out, m = _floored(static, task, sizes, tokens + [16, 0])      # one 16-byte copy: ran, moved nothing
+    assert m.category == "required_not_executed" and "bulk_copy did 0.00% of this size's bytes" in m.message
+    assert out.executed is False and out.evidence["coverage"]["sizes"][0]["short_of_work"]["bulk_copy"]["counted"] == 16
+    out, m = _floored(static, task, sizes, tokens + [x_bytes, 0])  # every row of X copied: the honest share
+    assert m.category == "ok" and out.executed is True
+
+
+def test_tensor_copies_count_boxes_of_the_launch_s_largest_box():
+    task = get_task("gemm_bf16_sm90a")
+    static = judge_static(SOLUTIONS / task.id / "kernel.ptx", task, use_cache=False)
+    tokens, sizes = static.coverage["tokens"], dict(task.train[0])
+    flops = task.flops(sizes)
+    families = static.coverage["families"]
+    counts = {"wgmma": flops, "tma": 1, "mbarrier": 0}
+    out, m = _floored(static, task, sizes, tokens + [counts[f] for f in families])
+    assert m.category == "required_not_executed" and "tma did" in m.message
+    counts["tma"] = 10 ** 6
+    out, m = _floored(static, task, sizes, tokens + [counts[f] for f in families])
+    assert m.category == "ok", m.message
+    counts["wgmma"] = flops // 100                                 # a token MMA beside plain FMA loops
+    out, m = _floored(static, task, sizes, tokens + [counts[f] for f in families])
+    assert m.category == "required_not_executed" and "wgmma did 1.00% of this size's flops" in m.message
+
+
+def test_every_proof_round_must_show_the_families_at_work():
+    """At a timed size the marked copy also runs in three timed rounds at secret places (engine/gpu/timing.py
+    `Proof`): a kernel that uses its families only in launches it can place (the trials, the copy after them)
+    and plain code in the rest leaves no mark there."""
+    task = get_task("rmsnorm_bf16_sm90a")
+    static = judge_static(SOLUTIONS / task.id / "kernel.ptx", task, use_cache=False)
+    tokens, sizes = static.coverage["tokens"], dict(task.train[0])
+    full = tokens + [sizes["T"] * sizes["D"] * 2, 0]
+
+    def timed(proofs):
+        m = SizeMeasurement("train", dict(sizes), "ok")
+        m.detail.update(coverage=full, timing={"schedule": {"proof_rounds": [3, 40, 71]}})
+        if proofs is not None:
+            m.detail["coverage_proofs"] = proofs
+        out = Judgement(static=static, status="judged", category="ok", stage=None)
+        _judge_coverage(static, [m], out, task, None)
+        return out, m
+
+    out, m = timed([full, full, full])
+    assert m.category == "ok" and out.executed is True and len(out.evidence["coverage"]["sizes"][0]["proofs"]) == 3
+    out, m = timed([full, [0, 0, 0, 0], full])
+    assert m.category == "required_not_executed" and "never ran in proof round 2 of 3" in m.message
+    out, m = timed([full, full, tokens + [64, 0]])
+    assert m.category == "required_not_executed" and "in proof round 3 of 3" in m.message
+    out, m = timed(None)                                     # timed, but no round ran the copy: nothing proven
+    assert m.category == "required_not_executed" and "no timed round ran the marked copy" in m.message

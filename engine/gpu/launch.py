@@ -142,6 +142,13 @@ class Module:
     def close(self) -> None:
         self._kernels.clear()
 
+    def global_address(self, name: str, nbytes: int) -> int:
+        """The device address of the module variable `name`, at least `nbytes` long."""
+        err, ptr, size = driver.cuModuleGetGlobal(driver.CUmodule(int(self.raw.ptr)), name.encode())
+        if int(getattr(err, "value", err)) != 0 or int(size) < nbytes:
+            raise CudaFailure("load_error", f"the module has no variable {name!r} of {nbytes} bytes", None, "load")
+        return int(ptr)
+
     def read_global(self, name: str, nbytes: int) -> bytes:
         """The first `nbytes` of the module variable `name`, once the work that writes it is done."""
         err, ptr, size = driver.cuModuleGetGlobal(driver.CUmodule(int(self.raw.ptr)), name.encode())
@@ -308,6 +315,11 @@ def prepare_launch(module: Module, plan: LaunchPlan, ptrs: dict[str, int], tmaps
     launch._config = config
     launch._params_addr = ctypes.addressof(pointers)
     return launch
+
+
+def copy_async(dst: int, src: int, nbytes: int, stream_handle: int, what: str) -> None:
+    """Enqueue a device-to-device copy on the stream."""
+    check(driver.cuMemcpyDtoDAsync(dst, src, nbytes, stream_handle), what)
 
 
 def synchronize(stream_handle: int, what: str) -> None:

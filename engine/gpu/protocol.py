@@ -229,6 +229,9 @@ class TimingResult:
     baseline_sol_fraction: float | None = None
     baseline_check: dict[str, Any] | None = None   # the library's own output against the reference
     baseline_note: str = ""                 # why there is no baseline, when there is none
+    # The marked copy's slots after each proof round: timed rounds at secret places where the copy ran in
+    # the candidate's stead (engine/gpu/timing.py), checked and left out of the samples.
+    coverage_proofs: list[list[int]] | None = None
 
 
 @dataclass

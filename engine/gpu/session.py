@@ -40,10 +40,10 @@ from ptxbench.engine.gpu.datacache import (
 )
 from ptxbench.engine.gpu.l2 import LINE, L2Flush
 from ptxbench.engine.gpu.launch import (
-    CudaFailure, Module, PreparedLaunch, check_params, encode_tensor_map, prepare_launch, synchronize,
+    CudaFailure, Module, PreparedLaunch, check_params, copy_async, encode_tensor_map, prepare_launch, synchronize,
 )
 from ptxbench.engine.gpu.protocol import Fatal, Job, JobResult, SizePlan, SizeResult, TimingResult, TrialResult
-from ptxbench.engine.gpu.timing import TimedSet, estimate_timing_seconds, time_interleaved
+from ptxbench.engine.gpu.timing import Proof, TimedSet, estimate_timing_seconds, time_interleaved
 from ptxbench.engine.gpu.verify import Verdict, decode, summarize, verify
 from ptxbench.tasks.spec import ElementBound, TaskSpec, get_task
 
@@ -115,6 +115,7 @@ def _device_full(exc: BaseException) -> bool:
     return isinstance(exc, cupy.cuda.driver.CUDADriverError) and "CUDA_ERROR_OUT_OF_MEMORY" in str(exc)
 
 
+PROOF_ROUNDS = 3                    # timed rounds at secret places where the marked copy runs instead
 RECYCLE_GROWTH_BYTES = 4 << 30      # more than this held outside the pools after a job: a fresh worker next
 
 
@@ -361,7 +362,8 @@ class Session:
             self._phase(emit, "time", index,
                         job.launch_timeout_s + 3 * estimate_timing_seconds(trial_s, job.timing) + drawing, True)
             try:
-                out.timing = self._time(job, task, plan, bench, pool, data[-1], checks, index)
+                out.timing = self._time(job, task, plan, bench, pool, data[-1], checks, index,
+                                        marked if out.coverage is not None else None)
             except CudaFailure as exc:      # a launch refused during timing (sticky faults end the job above)
                 return fail(exc.category, f"during timing: {exc}", exc.evidence())
             self._judge_timing(out, job)
@@ -392,8 +394,7 @@ class Session:
         """The marked copy (engine/coverage.py) run once as a trial is, on the size's own set, in the same
         buffers; its slots read back. Its output is not judged: the trials judged the candidate's own code."""
         try:
-            copy = Bench(bench.arena, self._launches(marked, plan, bench.arena.ptrs(), bench.tensor_maps), marked,
-                         bench.scratch_init, self.stream, bench.tensor_maps)
+            copy = self._marked_bench(marked, plan, bench)
             self._phase(emit, "launch", index, job.launch_timeout_s, True)
             copy.reset(data)
             with torch.cuda.stream(self.stream):
@@ -410,8 +411,29 @@ class Session:
 
     # -- timing -------------------------------------------------------------------------
 
+    def _marked_bench(self, marked: Module, plan: SizePlan, bench: Bench) -> Bench:
+        """The marked copy's launches over the candidate's own arena and tensor maps."""
+        return Bench(bench.arena, self._launches(marked, plan, bench.arena.ptrs(), bench.tensor_maps), marked,
+                     bench.scratch_init, self.stream, bench.tensor_maps)
+
+    def _proof(self, job: Job, marked: Module, plan: SizePlan, bench: Bench) -> tuple[Proof, torch.Tensor]:
+        """The marked copy as a timed round's run (timing.Proof), and where each proof's slots are kept."""
+        copy = self._marked_bench(marked, plan, bench)
+        nbytes = 8 * job.coverage_slots
+        slots = marked.global_address(job.coverage_symbol, nbytes)
+        kept = torch.zeros((PROOF_ROUNDS, job.coverage_slots), dtype=torch.int64, device=self.device)
+
+        def run() -> None:
+            marked.restore_state(self.stream.cuda_stream)      # its slots back to zero, its globals to their image
+            copy.run()
+
+        def keep(i: int) -> None:
+            copy_async(kept[i].data_ptr(), slots, nbytes, self.stream.cuda_stream, "keeping the marked copy's slots")
+
+        return Proof(run, keep, PROOF_ROUNDS), kept
+
     def _time(self, job: Job, task: TaskSpec, plan: SizePlan, bench: Bench, pool: FreshSets,
-              known: TaskData, checks: Checks, index: int) -> TimingResult:
+              known: TaskData, checks: Checks, index: int, marked: Module | None = None) -> TimingResult:
         baseline: Any = None
         note = ""
         baseline_name = None
@@ -431,9 +453,17 @@ class Session:
 
         secret = _secret_seed()
         rng = random.Random(secret)
+        proof: Proof | None = None
+        kept: torch.Tensor | None = None
+        proof_note = ""
+        if marked is not None and job.coverage_slots:
+            try:
+                proof, kept = self._proof(job, marked, plan, bench)
+            except CudaFailure as exc:      # nothing proven: engine/pipeline.py decides what that means
+                proof_note = f"no proof rounds: {exc}"
         try:
             timed = time_interleaved(self.stream, self.l2_flush(job.timing.flush_bytes), _Lazy(timed_set, len(pool)),
-                                     job.timing, lambda: self.sync(f"size {index} timing"), rng)
+                                     job.timing, lambda: self.sync(f"size {index} timing"), rng, proof)
         except CudaFailure as exc:
             if exc.sticky:
                 raise _ended(exc, index, "during timing: ") from None
@@ -453,6 +483,7 @@ class Session:
             schedule={"warmup_rounds": timed.warmup_rounds, "reps": timed.reps,
                       "inputs": "a new set every round", "distinct_sets": len(set(timed.order)),
                       "checked": sorted((ch.phase, ch.round) for ch in timed.checks), "seed": f"{secret:016x}",
+                      "proof_rounds": timed.proofs, **({"proof_note": proof_note} if proof_note else {}),
                       "module_state": bench.module.state.describe()},
         )
         if timed.baseline is not None:
@@ -462,6 +493,8 @@ class Session:
             result.baseline_spread = b.spread
             result.baseline_tflops = flops / (b.median * 1e-3) / 1e12 if b.median > 0 else None
             result.speedup = b.median / c.median if c.median > 0 else None
+        if kept is not None:
+            result.coverage_proofs = kept[:len(timed.proofs)].cpu().tolist()
         self._read_checks(result, timed.checks, bench, checks, pool.tampered())
         self._speed_of_light(result, task, plan, job)
         return result

@@ -84,6 +84,17 @@ class Interleaved:
     warmup_rounds: int
     order: list[int]                            # the input set of each timed round
     checks: list[Check] = field(default_factory=list)
+    proofs: list[int] = field(default_factory=list)   # timed rounds where the marked copy ran instead
+
+
+@dataclass
+class Proof:
+    """The marked copy (engine/coverage.py) in a few timed rounds at secret places, in the candidate's stead:
+    the same reset, the same flush and events, then `keep(i)` enqueues a copy of its slots for proof `i`."""
+
+    run: Callable[[], None]                     # its module's state restored, then its launches
+    keep: Callable[[int], None]
+    rounds: int = 3
 
 
 def _timed(stream: torch.cuda.Stream, flush: Callable[[], None], fn: Callable[[], object],
@@ -105,21 +116,28 @@ def jittered(value: float, jitter: float, rng: random.Random) -> float:
 
 
 def time_interleaved(stream: torch.cuda.Stream, flush: Callable[[], None], sets: list[TimedSet], config: TimingConfig,
-                     synchronize: Callable[[], None], rng: random.Random) -> Interleaved:
-    """Warm up, then time `reps` rounds; `synchronize` raises on a fault."""
+                     synchronize: Callable[[], None], rng: random.Random, proof: Proof | None = None) -> Interleaved:
+    """Warm up, then time `reps` rounds; `synchronize` raises on a fault. `proof`: that many of the timed
+    rounds, drawn with the rest of the schedule, run the marked copy instead; each is checked, and left out
+    of the candidate's samples (and the baseline's, so both medians come from the same rounds)."""
     # Every set of a judgement has a baseline or none has; `sets` may be a lazy million (fresh inputs each round).
     with_baseline = len(sets) > 0 and sets[0].baseline is not None
     checks: list[Check] = []
     with torch.cuda.stream(stream):
         warm = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
 
-        def round_(k: int, phase: str, index: int, check: bool, events: tuple) -> None:
+        def round_(k: int, phase: str, index: int, check: bool, events: tuple, proof_at: int | None = None) -> None:
             # Nothing before the run depends on whether the round is checked: work enqueued only ahead of
             # checked rounds would show in the gap a kernel can time from its own previous run
             # (%globaltimer kept in memory the reset does not reach). A check's work comes after the run.
             s = sets[k]
             s.reset()
-            _timed(stream, flush, s.run, events[0], events[1])
+            if proof_at is None:
+                _timed(stream, flush, s.run, events[0], events[1])
+            else:
+                assert proof is not None
+                _timed(stream, flush, proof.run, events[0], events[1])
+                proof.keep(proof_at)
             if check:
                 checks.append(Check(phase, index, k, s.check()))
             if with_baseline:
@@ -149,15 +167,19 @@ def time_interleaved(stream: torch.cuda.Stream, flush: Callable[[], None], sets:
 
         order = [rng.randrange(len(sets)) for _ in range(reps)]
         checked = checks_for(reps, config, rng)
+        proofs = sorted(rng.sample(range(reps), min(reps, proof.rounds))) if proof is not None else []
+        checked |= set(proofs)
         c_events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
         b_events = ([(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                      for _ in range(reps)] if with_baseline else [])
         for i, k in enumerate(order):
-            round_(k, "timed", i, i in checked, c_events[i] + (b_events[i] if with_baseline else ()))
+            round_(k, "timed", i, i in checked, c_events[i] + (b_events[i] if with_baseline else ()),
+                   proofs.index(i) if i in proofs else None)
         synchronize()
-    cand = Samples([a.elapsed_time(b) for a, b in c_events])
-    base = Samples([a.elapsed_time(b) for a, b in b_events]) if with_baseline else None
-    return Interleaved(cand, base, reps, 1 + more, order, checks)
+    timed = [i for i in range(reps) if i not in proofs]
+    cand = Samples([c_events[i][0].elapsed_time(c_events[i][1]) for i in timed])
+    base = Samples([b_events[i][0].elapsed_time(b_events[i][1]) for i in timed]) if with_baseline else None
+    return Interleaved(cand, base, reps, 1 + more, order, checks, proofs)
 
 
 def warmup_rounds(gpu_s: float, round_s: float, config: TimingConfig, rng: random.Random) -> int:
