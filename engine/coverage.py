@@ -61,7 +61,9 @@ def _mark(tag: str, symbol: str, slot: int, token: int, guard: str) -> str:
 
 def _operands(piece: str, start: int) -> list[str]:
     """The comma-separated operands of a statement from `start` to its `;`, split outside brackets."""
-    out, depth, cur = [], 0, []
+    out: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in piece[start:]:
         if ch == ";" and depth == 0:
             break

@@ -73,6 +73,19 @@ def _rms_norm(task: TaskSpec, inputs: Tensors, sizes: dict[str, int]) -> Baselin
     return Baseline("torch.nn.functional.rms_norm" + ("" if x.is_cuda else " (CPU)"), run, outputs)
 
 
+def _layer_norm(task: TaskSpec, inputs: Tensors, sizes: dict[str, int]) -> Baseline:
+    import torch.nn.functional as F
+
+    x, w, b = inputs["X"], inputs["W"], inputs["B"]
+    eps = float(task.params.get("eps", 1e-5))
+    outputs: Tensors = {}
+
+    def run() -> None:
+        outputs["Y"] = F.layer_norm(x, (x.shape[-1],), weight=w, bias=b, eps=eps)
+
+    return Baseline("torch.nn.functional.layer_norm" + ("" if x.is_cuda else " (CPU)"), run, outputs)
+
+
 def _causal(task: TaskSpec) -> bool:
     return task.operation.endswith("_causal")
 
@@ -209,6 +222,7 @@ _BUILDERS: dict[str, Callable[[TaskSpec, Tensors, dict[str, int]], Baseline]] = 
     "cudnn_sdpa": _sdpa_fwd,
     "cudnn_sdpa_backward": _sdpa_bwd,
     "torch_rms_norm": _rms_norm,
+    "torch_layer_norm": _layer_norm,
     "torch_add": _add,
 }
 

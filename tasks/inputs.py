@@ -8,6 +8,11 @@ Distributions (a spec's `input_distribution`, or an input's own `distribution`):
 - ``uniform``: U(−1, 1).
 - ``scaled_rows``: ``spiky``, each row (every index but the last) multiplied by its own 10^U(−1, 1), so
   rows differ in scale by up to a hundredfold: a row-wise kernel that assumes unit-scale rows is wrong.
+- ``offset_rows``: ``scaled_rows``, each row then moved off zero by its own U(−8, 8) times its scale:
+  activations before a LayerNorm, whose rows have a mean of their own. A kernel that leaves the mean
+  out (RMSNorm's formula) is far off, and one that takes the variance as E[x²] − mean² loses about
+  six of float32's 24 bits to the cancellation (bf16 inputs cannot hold an offset large enough to
+  cost it more).
 - ``hot_rows``: ``spiky``, and each row (every index but the last) with probability 1/128 multiplied
   by 80: attention's queries as real activations have them, a few with scores in the hundreds. With
   D = 128 such a row's logits reach about ±280 (`scale·q·k` is N(0, 80²)), past what exp can hold in
@@ -38,6 +43,7 @@ SPIKE_PROBABILITY = 1e-3
 SPIKE_STD = 10.0
 HOT_ROW_PROBABILITY = 1 / 128
 HOT_ROW_SCALE = 80.0
+ROW_OFFSET = 8.0
 
 def draw(shape: tuple[int, ...], distribution: str, gen: torch.Generator, device: str | torch.device) -> Tensor:
     """float32 values from one of the named distributions."""
@@ -47,19 +53,23 @@ def draw(shape: tuple[int, ...], distribution: str, gen: torch.Generator, device
         return torch.randn(shape, generator=gen, device=device)
     if distribution == "uniform":
         return torch.rand(shape, generator=gen, device=device) * 2 - 1
-    if distribution in ("spiky", "scaled_rows", "hot_rows"):
+    if distribution in ("spiky", "scaled_rows", "hot_rows", "offset_rows"):
         x = torch.randn(shape, generator=gen, device=device)
         spikes = torch.randn(shape, generator=gen, device=device) * SPIKE_STD
         hit = torch.rand(shape, generator=gen, device=device) < SPIKE_PROBABILITY
         x = torch.where(hit, spikes, x)
-        if distribution == "scaled_rows" and len(shape) > 1:
+        if distribution in ("scaled_rows", "offset_rows") and len(shape) > 1:
             rows = torch.rand((*shape[:-1], 1), generator=gen, device=device) * 2 - 1
             x = x * torch.pow(10.0, rows)
+            if distribution == "offset_rows":
+                offset = torch.rand((*shape[:-1], 1), generator=gen, device=device) * 2 - 1
+                x = x + offset * ROW_OFFSET * torch.pow(10.0, rows)
         if distribution == "hot_rows" and len(shape) > 1:
             hot = torch.rand((*shape[:-1], 1), generator=gen, device=device) < HOT_ROW_PROBABILITY
             x = torch.where(hot, x * HOT_ROW_SCALE, x)
         return x
-    raise ValueError(f"unknown distribution {distribution!r} (known: normal, spiky, uniform, scaled_rows, hot_rows)")
+    raise ValueError(f"unknown distribution {distribution!r} (known: normal, spiky, uniform, scaled_rows, hot_rows, "
+                     "offset_rows)")
 
 
 def make_inputs(task: TaskSpec, sizes: dict[str, int], seed: int, device: str | torch.device = "cpu") -> dict[str, Tensor]:

@@ -50,9 +50,10 @@ DTYPE_BYTES: dict[str, int] = {
     "u8": 1,
     "u32": 4,
 }
-DISTRIBUTIONS: tuple[str, ...] = ("normal", "spiky", "uniform", "scaled_rows", "hot_rows")
+DISTRIBUTIONS: tuple[str, ...] = ("normal", "spiky", "uniform", "scaled_rows", "hot_rows", "offset_rows")
 METRICS: tuple[str, ...] = ("rel_l2", "max_abs")
-BASELINES: tuple[str, ...] = ("cublas", "cudnn_sdpa", "cudnn_sdpa_backward", "torch_rms_norm", "torch_add")
+BASELINES: tuple[str, ...] = ("cublas", "cudnn_sdpa", "cudnn_sdpa_backward", "torch_rms_norm", "torch_layer_norm",
+                               "torch_add")
 # Names every expression may use besides the task's size names.
 BUILTIN_NAMES: tuple[str, ...] = ("num_sms",)
 

@@ -229,6 +229,19 @@ def rmsnorm(inputs: Tensors, task: TaskSpec | None = None, *, exact: bool = Fals
     return {"Y": xf * r * w.to(dt)}
 
 
+def layernorm(inputs: Tensors, task: TaskSpec | None = None, *, exact: bool = False) -> Tensors:
+    """torch.nn.functional.layer_norm's definition (biased variance, about the mean), in float32 or float64."""
+    import torch
+
+    eps = float(task.params.get("eps", 1e-5)) if task is not None else 1e-5
+    x, w, b = inputs["X"], inputs["W"], inputs["B"]
+    dt = torch.float64 if exact else _compute_dtype(x, w, b)
+    xf = x.to(dt)
+    centred = xf - xf.mean(dim=-1, keepdim=True)
+    r = torch.rsqrt(centred.square().mean(dim=-1, keepdim=True) + eps)
+    return {"Y": centred * r * w.to(dt) + b.to(dt)}
+
+
 def add(inputs: Tensors, task: TaskSpec | None = None, *, exact: bool = False) -> Tensors:
     return {"Z": inputs["X"].double() + inputs["Y"].double()}
 
@@ -241,6 +254,7 @@ OPERATIONS: dict[str, Operation] = {
     "attn_bwd": _attn_bwd(False),
     "attn_bwd_causal": _attn_bwd(True),
     "rmsnorm": rmsnorm,
+    "layernorm": layernorm,
     "add": add,
 }
 

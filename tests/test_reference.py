@@ -119,6 +119,22 @@ def test_rmsnorm_matches_the_formula():
     assert y.dtype == torch.float32
 
 
+def test_layernorm_matches_the_formula_and_its_rows_sit_off_zero():
+    t = get_task("layernorm_bf16_sm90a")
+    x = make_inputs(t, {"T": 64, "D": 256}, seed=5)
+    y = reference(t, x)["Y"]
+    xs, w, b = x["X"].double(), x["W"].double(), x["B"].double()
+    for row in range(xs.shape[0]):
+        m = float(xs[row].mean())
+        var = float(((xs[row] - m) ** 2).mean())
+        assert torch.allclose(y[row].double(), (xs[row] - m) / math.sqrt(var + 1e-5) * w + b, rtol=1e-4, atol=1e-4)
+    spread = xs.std(dim=-1)
+    assert (xs.mean(dim=-1).abs() > spread).float().mean() > 0.5   # most rows' means beyond their spread
+    # RMSNorm's formula (no centring) is far off on these rows.
+    rms = xs / xs.square().mean(-1, keepdim=True).sqrt() * w + b
+    assert float((rms - y).norm() / y.norm()) > 0.1
+
+
 def test_add_reference_is_float64():
     t = get_task("vector_add_smoke")
     x = make_inputs(t, tiny(t), seed=0)
@@ -198,7 +214,7 @@ def test_attention_inputs_break_a_softmax_without_its_running_maximum():
         assert not torch.isfinite(o).all() or ((o - ref).norm() / ref.norm()).item() > 1e-2, offset
 
 
-@pytest.mark.parametrize("task_id", ["gemm_bf16_sm90a", "rmsnorm_bf16_sm90a", "vector_add_smoke"])
+@pytest.mark.parametrize("task_id", ["gemm_bf16_sm90a", "rmsnorm_bf16_sm90a", "layernorm_bf16_sm90a", "vector_add_smoke"])
 def test_cpu_baselines_are_within_tolerance(task_id):
     t = get_task(task_id)
     sizes = tiny(t)
@@ -226,7 +242,8 @@ def test_attention_baselines_need_cuda(task_id):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-@pytest.mark.parametrize("task_id", ["gemm_bf16_sm90a", "attn_fwd_causal_sm90a", "attn_bwd_sm90a", "rmsnorm_bf16_sm90a"])
+@pytest.mark.parametrize("task_id", ["gemm_bf16_sm90a", "attn_fwd_causal_sm90a", "attn_bwd_sm90a", "rmsnorm_bf16_sm90a",
+                                     "layernorm_bf16_sm90a"])
 def test_cuda_reference_and_baseline(task_id):
     t = get_task(task_id)
     sizes = {**t.train[0]}
