@@ -55,7 +55,8 @@ class ToolchainError(RuntimeError):
         self.tool = tool
         self.detail = detail
         self.install = install if install is not None else PIP_INSTALL.get(tool, "")
-        hint = f"; install it with `{self.install}`" if self.install else ""
+        hint = (f"; install it with `pip install 'ptxbench[toolchain]'` (or `{self.install}`)" if self.install
+                else "")
         super().__init__(f"{tool}: {detail}{hint}")
 
 
