@@ -1,18 +1,33 @@
 # The two commands a newcomer needs: `make explore` and `make test`.
+# `make explore` installs the explorer's runtime only: the project's own dependencies, without
+# torch, the NVIDIA toolchain or the training and lint tools (those are extras). `make test`,
+# `make lint` and `make bench` install the dev set (the `dev` extra, which brings `toolchain`).
+# The dev set holds the explorer's runtime, so one .venv serves both. `make setup-explore
+# VENV=/tmp/explore-venv` builds the explorer's install elsewhere (how its size and time are measured).
 PY ?= python3
-VENV := .venv
+VENV ?= .venv
 BIN := $(VENV)/bin
+DEV_SET := $(VENV)/.ptxbench-dev
+EXPLORER := $(VENV)/.ptxbench-explore
 
-$(BIN)/ptxbench: pyproject.toml
+$(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+
+$(DEV_SET): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
-.PHONY: setup explore test lint lint-tree bench gpu-suite
-setup: $(BIN)/ptxbench
+$(EXPLORER): pyproject.toml | $(BIN)/python
+	@if [ $(DEV_SET) -nt pyproject.toml ]; then echo "$(VENV) has the dev set, which runs the explorer"; \
+	else $(BIN)/pip install -q -e .; fi
+	touch $@
 
-explore: setup
+.PHONY: setup setup-explore explore test lint lint-tree bench gpu-suite
+setup: $(DEV_SET)
+setup-explore: $(EXPLORER)
+
+explore: setup-explore
 	$(BIN)/ptxbench-tui
 
 test: setup

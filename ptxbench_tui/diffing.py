@@ -5,6 +5,11 @@ Before comparing, lines can be cleaned the way Compiler Explorer does it:
 debug directives (`.loc`, `.file`) and comment lines dropped, SASS addresses
 and encodings dropped, registers renumbered in order of first use (so a
 kernel that only renamed `%r12` to `%r7` diffs as equal), whitespace ignored.
+With the noise shown, the code lines are matched first, as with the noise
+hidden, and the noise lines between two matched code lines are matched with
+each other (`anchored_opcodes`): the GEMM expert has 3 206 identical `// begin/
+end inline asm` lines, and one difflib pass over every line spent half a
+second of CPU (seconds on a busy machine) matching them with each other.
 
 Inside a changed line the tokens that differ are found too (a second difflib
 pass over the line's tokens: `setmaxnreg.inc.sync.aligned.u32 244` against
@@ -17,6 +22,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ptxbench.db.browse import SampleDetail
@@ -113,19 +119,27 @@ _PTX_REGISTER = re.compile(r"%([a-z]+)(\d+)\b")
 _SASS_REGISTER = re.compile(r"\b(U?R|U?P)(\d+)\b")
 
 
+def is_noise(line: str, target: str) -> bool:
+    """A line the noise filter drops: a debug directive or comment (PTX), an encoding or blank
+    line (SASS), a compile time or blank line (assembler log)."""
+    if target == "ptx":
+        return bool(_PTX_NOISE.match(line))
+    if target == "sass":
+        return bool(_SASS_ENCODING.match(line)) or not line.strip()
+    if target == "log":
+        return bool(_LOG_NOISE.search(line))
+    return False
+
+
 def clean_lines(text: str, opts: DiffOptions) -> list[tuple[int, str]]:
     """(1-based line number, shown text) of the lines kept."""
     out: list[tuple[int, str]] = []
     for number, line in enumerate(text.splitlines(), start=1):
         if opts.noise:
-            if opts.target == "ptx" and _PTX_NOISE.match(line):
+            if is_noise(line, opts.target):
                 continue
             if opts.target == "sass":
-                if _SASS_ENCODING.match(line) or not line.strip():
-                    continue
                 line = _SASS_TRAILING_ENCODING.sub("", _SASS_ADDRESS.sub("", line))
-            if opts.target == "log" and _LOG_NOISE.search(line):
-                continue
         out.append((number, line))
     if opts.registers:
         out = renumber_registers(out, _SASS_REGISTER if opts.target == "sass" else _PTX_REGISTER)
@@ -196,10 +210,78 @@ def changed_spans(a: str, b: str, *, whitespace: bool = True) -> tuple[Spans, Sp
     return tuple(left), tuple(right)
 
 
+Opcode = tuple[str, int, int, int, int]
+# Above this many line pairs a run between two anchors is one change, not matched line by line.
+MAX_RUN_PAIRS = 40_000
+
+
+def anchored_opcodes(a: list[str], b: list[str], noise: Callable[[str], bool]) -> list[Opcode]:
+    """difflib's opcodes for `a` against `b`, anchored on the lines that are not noise: those are
+    matched as they would be alone, and each run between two anchors (noise lines, or a changed
+    stretch with the noise in it) is matched on its own, its common ends first."""
+    code_a = [i for i, line in enumerate(a) if not noise(line)]
+    code_b = [j for j, line in enumerate(b) if not noise(line)]
+    if len(code_a) == len(a) and len(code_b) == len(b):
+        return difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
+    ops: list[Opcode] = []
+
+    def add(tag: str, i1: int, i2: int, j1: int, j2: int) -> None:
+        if i1 == i2 and j1 == j2:
+            return
+        if ops and (ops[-1][0] == "equal") == (tag == "equal"):  # one run of equal, or of changed, lines
+            _, p1, _, q1, _ = ops.pop()
+            i1, j1 = p1, q1
+            if tag != "equal":
+                tag = "replace" if i2 > i1 and j2 > j1 else ("delete" if i2 > i1 else "insert")
+        ops.append((tag, i1, i2, j1, j2))
+
+    def run(i1: int, i2: int, j1: int, j2: int) -> None:
+        """a[i1:i2] against b[j1:j2]: common ends equal, the middle matched when small."""
+        head = 0
+        while i1 + head < i2 and j1 + head < j2 and a[i1 + head] == b[j1 + head]:
+            head += 1
+        tail = 0
+        while i2 - tail > i1 + head and j2 - tail > j1 + head and a[i2 - 1 - tail] == b[j2 - 1 - tail]:
+            tail += 1
+        add("equal", i1, i1 + head, j1, j1 + head)
+        m1, m2, n1, n2 = i1 + head, i2 - tail, j1 + head, j2 - tail
+        if (m2 - m1) * (n2 - n1) <= MAX_RUN_PAIRS:
+            for tag, p1, p2, q1, q2 in difflib.SequenceMatcher(None, a[m1:m2], b[n1:n2], autojunk=False).get_opcodes():
+                add(tag, m1 + p1, m1 + p2, n1 + q1, n1 + q2)
+        else:
+            add("replace", m1, m2, n1, n2)
+        add("equal", i2 - tail, i2, j2 - tail, j2)
+
+    i = j = 0  # where the next run starts on each side
+    code = difflib.SequenceMatcher(None, [a[k] for k in code_a], [b[k] for k in code_b], autojunk=False)
+    for tag, c1, c2, d1, d2 in code.get_opcodes():
+        if tag != "equal":
+            continue  # part of the run up to the next anchor
+        for ca, cb in zip(code_a[c1:c2], code_b[d1:d2]):
+            run(i, ca, j, cb)
+            add("equal", ca, ca + 1, cb, cb + 1)
+            i, j = ca + 1, cb + 1
+    run(i, len(a), j, len(b))
+    return ops
+
+
+class _Found(difflib.SequenceMatcher):
+    """difflib's grouping into hunks with context (get_grouped_opcodes) over opcodes found elsewhere."""
+
+    def __init__(self, opcodes: list[Opcode]) -> None:
+        super().__init__(None, [], [], autojunk=False)
+        self.found = opcodes
+
+    def get_opcodes(self) -> list[Opcode]:
+        return list(self.found)  # a copy: get_grouped_opcodes trims the ends in place
+
+
 def diff(left_text: str, right_text: str, opts: DiffOptions = DiffOptions()) -> DiffResult:
     left = [(n, t.expandtabs(TAB)) for n, t in clean_lines(left_text, opts)]
     right = [(n, t.expandtabs(TAB)) for n, t in clean_lines(right_text, opts)]
-    matcher = difflib.SequenceMatcher(None, [_key(t, opts) for _, t in left], [_key(t, opts) for _, t in right], autojunk=False)
+    # With the noise hidden there is none left, and this is one difflib pass.
+    matcher = _Found(anchored_opcodes([_key(t, opts) for _, t in left], [_key(t, opts) for _, t in right],
+                                      lambda key: is_noise(key, opts.target)))
     result = DiffResult(left_lines=[t for _, t in left], right_lines=[t for _, t in right], whitespace=opts.whitespace)
     rows = result.rows
 

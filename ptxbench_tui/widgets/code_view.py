@@ -5,22 +5,36 @@ lazily, front to back, as far as the deepest line painted so far, and each
 line's styled `Text` is cached. A 3 000-line kernel therefore opens as fast as
 a 30-line one. Colours come from the app theme's variables (see ROLE_VARIABLES),
 so every theme colours code; the style cache is dropped when the theme changes.
+
+The view never wraps, so its document is laid out once, one row a line
+(`FlatDocument`), and `←`/`→`, `shift+←`/`shift+→`, `home`/`end` scroll the view
+sideways (widgets/sideways.py) instead of moving the cursor along a line.
 """
 
 from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from typing import TypeVar, overload
 
 from pygments.lexer import Lexer
+from rich.cells import cell_len
 from rich.style import Style
 from rich.text import Text
 from textual.color import Color
+from textual.geometry import Offset
+from textual.document._document import Document
+from textual.document._document_navigator import DocumentNavigator
+from textual.document._wrapped_document import WrappedDocument
+from textual.expand_tabs import get_tab_widths
 from textual.widgets import TextArea
 
 from ptxbench.engine.inert import inert
 from ptxbench.tui.ptx_lexer import PtxbenchLexer, SassLexer, role_of
+from ptxbench.tui.widgets import sideways
+
+T = TypeVar("T")
 
 # role → (theme variable, rich style attributes). A theme may define
 # `ptx-<role>` to override the colour (the ptxbench theme does).
@@ -120,8 +134,60 @@ class LazyHighlighter:
                     self._spans[ln].append((s, e, role))
 
 
-class CodeView(TextArea):
+class _PerLine(Sequence[T]):
+    """`n` entries, one a line, each made when asked for: a 5 000-line kernel allocates none up front."""
+
+    def __init__(self, n: int, make: Callable[[int], T]) -> None:
+        self.n, self.make = n, make
+
+    def __len__(self) -> int:
+        return self.n
+
+    @overload
+    def __getitem__(self, index: int) -> T: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[T]: ...
+
+    def __getitem__(self, index: int | slice) -> T | list[T]:
+        if isinstance(index, slice):
+            return [self.make(i) for i in range(*index.indices(self.n))]
+        if index < 0:
+            index += self.n
+        if not 0 <= index < self.n:
+            raise IndexError(index)
+        return self.make(index)
+
+
+class FlatDocument(WrappedDocument):
+    """Textual's WrappedDocument for a view that does not wrap: one row a line. Textual's lays out
+    every line (its tabs, its rows) at each (re)wrap, several times an open, and sums every line for
+    `height` once per painted line: 0.8 ms a line on the 5 000-line GEMM. Here the layout is read
+    off the line number when asked for. The view is read-only, so nothing edits it in place."""
+
+    def wrap(self, width: int, tab_width: int | None = None) -> None:
+        if width:
+            super().wrap(width, tab_width)
+            return
+        self._width = 0
+        if tab_width:
+            self._tab_width = tab_width
+        lines, tab = self.document.lines, self._tab_width
+        n = len(lines)
+        self._wrap_offsets = _PerLine(n, lambda i: [])  # type: ignore[assignment]
+        self._offset_to_line_info = _PerLine(n, lambda i: (i, 0))  # type: ignore[assignment]
+        self._line_index_to_offsets = _PerLine(n, lambda i: [i])  # type: ignore[assignment]
+        self._tab_width_cache = _PerLine(n, lambda i: [w for _, w in get_tab_widths(lines[i], tab)])  # type: ignore[assignment]
+
+    @property
+    def height(self) -> int:
+        return len(self._offset_to_line_info)
+
+
+class CodeView(sideways.Sideways, TextArea):
     """A read-only, lazily highlighted code view."""
+
+    BINDINGS = sideways.BINDINGS
 
     DEFAULT_CSS = """
     CodeView {
@@ -193,6 +259,52 @@ class CodeView(TextArea):
         line_index = max(0, min(line_index, self.document.line_count - 1))
         self.select_line(line_index)
         self.call_after_refresh(self.scroll_cursor_visible, center=True)
+
+    def _set_document(self, text: str, language: str | None) -> None:
+        # TextArea's own for plain text (a code view has no tree-sitter language), with a FlatDocument.
+        self._highlight_query = None
+        self.document = Document(text)
+        self.wrapped_document = FlatDocument(self.document, tab_width=self.indent_width)
+        self.navigator = DocumentNavigator(self.wrapped_document)
+        self._build_highlight_map()
+        self.move_cursor((0, 0))
+        self._rewrap_and_refresh_virtual_size()
+
+    # -- sideways (widgets/sideways.py) -----------------------------------------
+    def code_width(self) -> int:
+        return max(1, self.scrollable_content_region.width - self.gutter_width)
+
+    def visible_widths(self) -> list[int]:
+        top = round(self.scroll_y)
+        lines = self.document.lines[top:top + self.scrollable_content_region.height]
+        return [cell_len(line.expandtabs(self.indent_width)) for line in lines]
+
+    def action_first_line(self) -> None:
+        self.move_cursor((0, 0))
+
+    def action_last_line(self) -> None:
+        self.move_cursor((self.document.line_count - 1, 0))
+
+    def scroll_cursor_visible(self, center: bool = False, animate: bool = False) -> Offset:
+        """Bring the cursor's row on screen. Up and down leave the sideways scroll where the
+        person put it; a jump to a line (`center`: an error, a family, a search match) shows
+        it from its start."""
+        if not self._has_cursor:
+            return Offset(0, 0)
+        row = self.cursor_location[0]
+        height = max(1, self.scrollable_content_region.height)
+        top = round(self.scroll_y)
+        if center:
+            y = max(0, row - height // 2)
+        elif row < top:
+            y = row
+        elif row >= top + height:
+            y = row - height + 1
+        else:
+            return Offset(0, 0)
+        before = self.scroll_offset
+        self.scroll_to(x=0 if center else None, y=y, animate=False, immediate=True)
+        return self.scroll_offset - before
 
     # -- theme -------------------------------------------------------------
     def on_mount(self) -> None:

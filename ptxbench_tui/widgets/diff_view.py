@@ -3,8 +3,10 @@
 Both sides are highlighted with the explorer's PTX (or SASS) lexer, lazily, as
 the code view does; a changed line is shaded and, inside it, the tokens that
 differ are shaded harder. Side by side, the two halves scroll sideways together
-(left/right, or the scroll bar) and a line cut at either edge says so with `‹` or
-`›`. `next_hunk` / `prev_hunk` bring the next run of changes to the top.
+(`←`/`→`, 40 columns with `shift`, `home`/`end`: widgets/sideways.py, or the
+scroll bar) and a line cut at either edge says so with `‹` or `›`. The lines are
+laid out in the width left of the vertical scroll bar, so the right half's `›`
+is never under it. `next_hunk` / `prev_hunk` bring the next run of changes to the top.
 """
 
 from __future__ import annotations
@@ -19,19 +21,21 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from ptxbench.tui.diffing import DiffResult, DiffRow, Spans
+from ptxbench.tui.widgets import sideways
 from ptxbench.tui.widgets.code_view import LazyHighlighter, resolve_color, role_styles
 
 GUTTER = 6  # "12345 "
 CONTEXT_ABOVE = 3  # lines kept above a hunk brought to the top
 
 
-class DiffView(ScrollView, can_focus=True):
+class DiffView(sideways.Sideways, ScrollView, can_focus=True):
     DEFAULT_CSS = """
     DiffView {
         background: $surface;
         height: 1fr;
     }
     """
+    BINDINGS = sideways.BINDINGS
 
     split: reactive[bool] = reactive(True)
 
@@ -95,22 +99,37 @@ class DiffView(ScrollView, can_focus=True):
         self.refresh()
 
     # -- geometry ------------------------------------------------------------------
+    @property
+    def text_width(self) -> int:
+        """Columns the lines are painted in: the width less the vertical scroll bar, which would
+        cover the right half's last columns (and its `›`)."""
+        return self.scrollable_content_region.width
+
     def _halves(self) -> tuple[int, int]:
         """Widths of the left and right halves in split mode (a one-column bar between)."""
-        width = max(2 * (GUTTER + 4) + 1, self.size.width)
+        width = max(2 * (GUTTER + 4) + 1, self.text_width)
         left = (width - 1) // 2
         return left, width - 1 - left
 
     def body_width(self) -> int:
         """Columns of code each side shows: the narrower half, less its line numbers."""
         if not self.split:
-            return max(1, self.size.width - GUTTER - 2)
+            return max(1, self.text_width - GUTTER)
         return max(1, min(self._halves()) - GUTTER)
 
     def _size_virtual(self) -> None:
         # Sideways room for the widest line; both halves move by the same scroll_x.
         extra = max(0, self._widest - self.body_width() + 1)
-        self.virtual_size = Size(self.size.width + extra, len(self._lines))
+        self.virtual_size = Size(self.text_width + extra, len(self._lines))
+
+    # -- sideways (widgets/sideways.py) -----------------------------------------------
+    def code_width(self) -> int:
+        return self.body_width()
+
+    def visible_widths(self) -> list[int]:
+        top = round(self.scroll_y)
+        rows = self._lines[top:top + self.scrollable_content_region.height]
+        return [max(len(row.left), len(row.right)) for _, row in rows]
 
     # -- hunks ---------------------------------------------------------------------
     def next_hunk(self, *, backwards: bool = False) -> int | None:
@@ -213,7 +232,7 @@ class DiffView(ScrollView, can_focus=True):
 
     def render_line(self, y: int) -> Strip:
         index = self.scroll_offset.y + y
-        width = self.size.width
+        width = self.text_width
         if not self._lines and y == 1 and not self.loading:
             return Strip([Segment(f"  {self.empty_hint}", self.styles_by_kind["skip"])]).crop_extend(0, width, None)
         if index >= len(self._lines):

@@ -16,6 +16,7 @@ from textual.screen import Screen
 from textual.widgets import Static
 
 from ptxbench.tui.keys import KEY_NAMES
+from ptxbench.tui.widgets.sideways import TRAILING_GROUPS
 
 
 class KeyBar(Static):
@@ -46,12 +47,15 @@ class KeyBar(Static):
         return [(shown, description) for shown, description, _ in self._entries()]
 
     def _entries(self) -> list[tuple[str, str, list[str]]]:
-        """(key as shown, description, the keys to press) for each entry."""
+        """(key as shown, description, the keys to press) for each entry; a code view's sideways
+        keys (widgets/sideways.py) after the view's own, though the focused view lists them first."""
         out: list[tuple[str, str]] = []
         pressed: dict[str, list[str]] = {}
         groups: dict[str, list[str]] = {}
         seen: set[str] = set()
-        for key, active in self.screen.active_bindings.items():
+        bindings = self.screen.active_bindings.items()
+        last = [a.binding.group in TRAILING_GROUPS for _, a in bindings]
+        for key, active in [b for b, later in zip(bindings, last) if not later] + [b for b, later in zip(bindings, last) if later]:
             binding = active.binding
             if not binding.show or not binding.description or not active.enabled:
                 continue

@@ -10,7 +10,9 @@ On a narrow terminal the columns that do not fit fold away, least important
 first (the view says which must stay), and the highlighted row's folded
 cells are written in a detail line under the rows: nothing is cut off
 silently. A header click asks the view to sort by that column (the view sorts,
-in SQL or in memory, and says so with `show_sort`); space selects rows.
+in SQL or in memory, and says so with `show_sort`); space selects rows. The
+first rows after a new order start at the top: a sorted table that kept its
+cursor (and its scroll) on the row it was on would hide the rows the sort put first.
 """
 
 from __future__ import annotations
@@ -95,6 +97,7 @@ class RowTable(ScrollView, can_focus=True):
         self.shown: list[int] = []  # columns on screen, in order
         self.shown_widths: dict[int, int] = {}
         self.sort: tuple[str, bool] | None = None  # (column title, descending)
+        self._new_order = False  # the sort changed: the next rows start at the top
         self.selectable = selectable
         self.marked: set[int] = set()
         self._styles: dict[str, Style] | None = None
@@ -123,15 +126,21 @@ class RowTable(ScrollView, can_focus=True):
         self.widths = widths
         self.marked = set()
         self._fit()
+        if self._new_order and self.rows:
+            cursor, self._new_order = None, False
         target = 0 if cursor is None else cursor
         self.cursor_row = max(0, min(target, len(self.rows) - 1))
         if cursor is None:
-            self.scroll_to(0, 0, animate=False)
+            self.scroll_to(0, 0, animate=False, immediate=True)
         self.refresh()
 
     def show_sort(self, column: str | None, descending: bool = True) -> None:
-        """Mark the column the rows are sorted by (the view did the sorting)."""
-        self.sort = (column, descending) if column else None
+        """Mark the column the rows are sorted by (the view did the sorting); after a change,
+        the next rows set start at the top, cursor and view."""
+        sort = (column, descending) if column else None
+        if sort != self.sort:
+            self._new_order = True
+        self.sort = sort
         self._fit()
         self.refresh()
 

@@ -79,6 +79,7 @@ async def test_the_diff_view_of_two_kernels(app_for, ids):
         view.scroll_to(y=long_y, animate=False)
         await pilot.pause()
         assert view.virtual_size.width > view.size.width
+        half = view._halves()[0]  # this diff's: the width left of its vertical scroll bar
         text = "".join(s.text for s in view.render_line(long_y - view.scroll_offset.y)._segments)
         left, right = text[:half], text[half + 1:]
         assert left.rstrip().endswith("›") and right.rstrip().endswith("›"), (left, right)
