@@ -27,7 +27,7 @@ families_for() {
     case "$1" in
         *_sm100a) echo "UTCHMMA UTCATOMSWS LDTM UTCBAR UTMALDG SYNCS" ;;
         gemm_*) echo "HGMMA UTMALDG SYNCS USETMAXREG" ;;
-        rmsnorm_*|layernorm_*) echo "UBLKCP SYNCS" ;;
+        rmsnorm_*|layernorm_*|softmax_*) echo "UBLKCP SYNCS" ;;
         *) echo "" ;;
     esac
 }

@@ -86,6 +86,18 @@ def _layer_norm(task: TaskSpec, inputs: Tensors, sizes: dict[str, int]) -> Basel
     return Baseline("torch.nn.functional.layer_norm" + ("" if x.is_cuda else " (CPU)"), run, outputs)
 
 
+def _softmax(task: TaskSpec, inputs: Tensors, sizes: dict[str, int]) -> Baseline:
+    import torch
+
+    x = inputs["X"]
+    outputs: Tensors = {}
+
+    def run() -> None:
+        outputs["Y"] = torch.softmax(x, dim=-1)
+
+    return Baseline("torch.softmax" + ("" if x.is_cuda else " (CPU)"), run, outputs)
+
+
 def _causal(task: TaskSpec) -> bool:
     return task.operation.endswith("_causal")
 
@@ -223,6 +235,7 @@ _BUILDERS: dict[str, Callable[[TaskSpec, Tensors, dict[str, int]], Baseline]] = 
     "cudnn_sdpa_backward": _sdpa_bwd,
     "torch_rms_norm": _rms_norm,
     "torch_layer_norm": _layer_norm,
+    "torch_softmax": _softmax,
     "torch_add": _add,
 }
 

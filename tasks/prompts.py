@@ -33,6 +33,7 @@ BASELINE_NAMES = {
     "cudnn_sdpa_backward": "the backward of torch's scaled_dot_product_attention with the cuDNN backend",
     "torch_rms_norm": "torch.nn.functional.rms_norm",
     "torch_layer_norm": "torch.nn.functional.layer_norm",
+    "torch_softmax": "torch.softmax",
     "torch_add": "torch.add",
 }
 DISTRIBUTIONS = {

@@ -53,7 +53,7 @@ DTYPE_BYTES: dict[str, int] = {
 DISTRIBUTIONS: tuple[str, ...] = ("normal", "spiky", "uniform", "scaled_rows", "hot_rows", "offset_rows")
 METRICS: tuple[str, ...] = ("rel_l2", "max_abs")
 BASELINES: tuple[str, ...] = ("cublas", "cudnn_sdpa", "cudnn_sdpa_backward", "torch_rms_norm", "torch_layer_norm",
-                               "torch_add")
+                               "torch_softmax", "torch_add")
 # Names every expression may use besides the task's size names.
 BUILTIN_NAMES: tuple[str, ...] = ("num_sms",)
 

@@ -242,6 +242,15 @@ def layernorm(inputs: Tensors, task: TaskSpec | None = None, *, exact: bool = Fa
     return {"Y": centred * r * w.to(dt) + b.to(dt)}
 
 
+def softmax(inputs: Tensors, task: TaskSpec | None = None, *, exact: bool = False) -> Tensors:
+    """Softmax over the last dimension, in float32 or float64 (torch subtracts the row's maximum)."""
+    import torch
+
+    x = inputs["X"]
+    dt = torch.float64 if exact else _compute_dtype(x)
+    return {"Y": torch.softmax(x.to(dt), dim=-1)}
+
+
 def add(inputs: Tensors, task: TaskSpec | None = None, *, exact: bool = False) -> Tensors:
     return {"Z": inputs["X"].double() + inputs["Y"].double()}
 
@@ -255,6 +264,7 @@ OPERATIONS: dict[str, Operation] = {
     "attn_bwd_causal": _attn_bwd(True),
     "rmsnorm": rmsnorm,
     "layernorm": layernorm,
+    "softmax": softmax,
     "add": add,
 }
 

@@ -23,7 +23,7 @@ from ptxbench.tasks.spec import get_task
 SOLUTIONS = Path(__file__).resolve().parents[1] / "tasks" / "solutions"
 HOSTILE = Path(__file__).resolve().parent / "hostile" / "gpu"
 TASKS = ["gemm_bf16_sm90a", "attn_fwd_sm90a", "attn_bwd_sm90a", "rmsnorm_bf16_sm90a", "layernorm_bf16_sm90a",
-         "gemm_bf16_sm100a"]
+         "softmax_bf16_sm90a", "gemm_bf16_sm100a"]
 
 SMALL = """//
 // a comment naming cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes, not an instruction

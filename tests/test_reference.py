@@ -214,7 +214,8 @@ def test_attention_inputs_break_a_softmax_without_its_running_maximum():
         assert not torch.isfinite(o).all() or ((o - ref).norm() / ref.norm()).item() > 1e-2, offset
 
 
-@pytest.mark.parametrize("task_id", ["gemm_bf16_sm90a", "rmsnorm_bf16_sm90a", "layernorm_bf16_sm90a", "vector_add_smoke"])
+@pytest.mark.parametrize("task_id", ["gemm_bf16_sm90a", "rmsnorm_bf16_sm90a", "layernorm_bf16_sm90a", "softmax_bf16_sm90a",
+                                     "vector_add_smoke"])
 def test_cpu_baselines_are_within_tolerance(task_id):
     t = get_task(task_id)
     sizes = tiny(t)
@@ -243,7 +244,7 @@ def test_attention_baselines_need_cuda(task_id):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 @pytest.mark.parametrize("task_id", ["gemm_bf16_sm90a", "attn_fwd_causal_sm90a", "attn_bwd_sm90a", "rmsnorm_bf16_sm90a",
-                                     "layernorm_bf16_sm90a"])
+                                     "layernorm_bf16_sm90a", "softmax_bf16_sm90a"])
 def test_cuda_reference_and_baseline(task_id):
     t = get_task(task_id)
     sizes = {**t.train[0]}

@@ -20,7 +20,7 @@ IDS = [
     "gemm_bf16_sm90a", "gemm_bf16_sm100a",
     "attn_fwd_sm90a", "attn_fwd_causal_sm90a", "attn_fwd_sm100a", "attn_fwd_causal_sm100a",
     "attn_bwd_sm90a", "attn_bwd_causal_sm90a", "attn_bwd_sm100a", "attn_bwd_causal_sm100a",
-    "rmsnorm_bf16_sm90a", "layernorm_bf16_sm90a", "vector_add_smoke",
+    "rmsnorm_bf16_sm90a", "layernorm_bf16_sm90a", "softmax_bf16_sm90a", "vector_add_smoke",
 ]
 EXAMPLE = (SPECS_DIR / "gemm_bf16_sm90a.toml").read_text()
 
