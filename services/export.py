@@ -78,8 +78,10 @@ def _jsonl(records: Iterator[dict[str, Any]], out: Path, store: Path) -> int:
 
 
 def _flat(record: dict[str, Any]) -> dict[str, Any]:
-    return {k: (json.dumps(v, ensure_ascii=False, sort_keys=True, default=str) if isinstance(v, (dict, list)) else v)
-            for k, v in record.items()}
+    return {
+        k: (json.dumps(v, ensure_ascii=False, sort_keys=True, default=str) if isinstance(v, (dict, list)) else v)
+        for k, v in record.items()
+    }
 
 
 def _parquet(records: Iterator[dict[str, Any]], out: Path, store: Path) -> int:
