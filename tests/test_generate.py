@@ -154,7 +154,7 @@ def test_run_over_hopper_tasks_three_turns_two_contexts(tmp_path: Path, store) -
         assert ("gemm_bf16_sm90a", 3) not in turns and ("rmsnorm_bf16_sm90a", 2) not in turns
         assert latest_evaluation(store, turns[("vector_add_smoke", 1)].id).category == "syntax"
         for task in HOPPER:
-            if task.startswith("attn"):
+            if task not in _recording()["replies"]:       # the attention tasks, LayerNorm, softmax
                 t1, t2, t3 = (turns[(task, n)] for n in (1, 2, 3))
                 assert (t2.parent_id, t3.parent_id) == (t1.id, t2.id) and t1.parent_id is None
                 # Turn 3 answers with the vector-add expert, whose manifest passes tensors (X, Y, Z) the
@@ -177,8 +177,9 @@ def test_run_over_hopper_tasks_three_turns_two_contexts(tmp_path: Path, store) -
     assert {(r.context, r.split) for r in rows} == {(c, s) for c in ("brief", "full") for s in ("train", "heldout")}
     for r in rows:
         assert r.trajectories == len(HOPPER) and r.compile_rate == pytest.approx(1.0)
-        # gemm, rmsnorm and vector add end up using what was asked; the attention kernels do not.
-        assert r.uses_rate == pytest.approx(3 / 7)
+        # gemm, rmsnorm and vector add end up using what was asked; the rest (answered by the vector-add
+        # expert) do not.
+        assert r.uses_rate == pytest.approx(3 / len(HOPPER))
 
 
 def test_run_survives_the_endpoint_dying_and_resumes(tmp_path: Path, store, monkeypatch) -> None:
