@@ -2,7 +2,9 @@
 
 - Exit codes are `ExitCode`; a command's docstring says which it uses.
 - An error is one line on standard error, `ptxbench <command>: error: <what to do>`, never a
-  traceback (`PTXBENCH_DEBUG=1` shows one where a command catches the unexpected).
+  traceback (`PTXBENCH_DEBUG=1` shows one where a command catches the unexpected). A store
+  failure a command does not catch itself (an SQLite error mid-read, a full disk) is caught by
+  `register`'s wrapper and said the same way (`store_failure`).
 - A command is a plain function; `register(app, COMMANDS)` adds a table of them (name →
   function) to a typer app, the top-level one in main.py and the `fixit` group alike.
 - A file a command writes goes through `check_outputs` (every target, before the work) and
@@ -12,6 +14,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -25,7 +28,8 @@ class ExitCode(IntEnum):
     OK = 0
     TOOL = 1  # the tool, or the work it was asked to do, failed (a missing assembler, an endpoint error)
     USAGE = 2  # a usage mistake: a bad option, a file that cannot be read, a store that will not open
-    UNFINISHED = 3  # `ptxbench run`: some requests or judgements failed; run the same command to resume
+    UNFINISHED = 3  # `run`: some requests or judgements failed; `eval`, `import`: the store would not take a
+    # judgement (kept in its recovery journal); run the same command to resume
     REFUSED = 4  # `ptxbench run`: the endpoint refused the run (bad key, unknown model)
 
 
@@ -53,7 +57,9 @@ def abort(command: str, message: str, code: ExitCode = ExitCode.USAGE) -> NoRetu
 @contextmanager
 def reported(command: str, *, store: ExitCode = ExitCode.USAGE) -> Iterator[None]:
     """A service's failures as the command's error line and exit code: a usage mistake (and a store
-    that will not open, unless `store` says otherwise) exits USAGE, a tool failure TOOL."""
+    that will not open, unless `store` says otherwise) exits USAGE, a tool failure TOOL, a store that
+    failed while in use (locked, full, an I/O error, damaged) TOOL, and a judgement the store would not
+    take (kept in its recovery journal) UNFINISHED."""
     from ptxbench.db.store import StoreError
     from ptxbench.services.errors import ToolError, UsageError
 
@@ -64,7 +70,9 @@ def reported(command: str, *, store: ExitCode = ExitCode.USAGE) -> Iterator[None
     except ToolError as exc:
         raise fail(command, str(exc), ExitCode.TOOL) from None
     except StoreError as exc:
-        raise fail(command, str(exc), store) from None
+        found = store_failure(exc)
+        code = store if found is None or found[1] == ExitCode.USAGE else found[1]
+        raise fail(command, str(exc), code) from None
 
 
 def check_outputs(
@@ -125,11 +133,50 @@ Command = Callable[..., Any]
 PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 
-def register(app: typer.Typer, commands: Sequence[tuple[str, Command]], *, pass_through: Sequence[str] = ()) -> None:
+def store_failure(exc: BaseException) -> tuple[str, ExitCode] | None:
+    """The error line and exit code for a store failure that reached a command uncaught (None for
+    anything else): a judgement kept in the recovery journal is UNFINISHED, a store that failed while
+    in use (locked, full, an I/O error, damaged) TOOL, one that will not open USAGE."""
+    import sqlite3
+    from pathlib import Path
+
+    from ptxbench.db.recovery import Kept
+    from ptxbench.db.store import StoreDamaged, StoreError, StoreLocked, StoreWriteFailed, translate_error
+
+    if isinstance(exc, sqlite3.Error):
+        exc = translate_error(exc, Path("the store"))
+    if isinstance(exc, Kept):
+        return str(exc), ExitCode.UNFINISHED
+    if isinstance(exc, (StoreLocked, StoreWriteFailed, StoreDamaged)):
+        return str(exc), ExitCode.TOOL
+    if isinstance(exc, StoreError):
+        return str(exc), ExitCode.USAGE
+    return None
+
+
+def _guarded(name: str, function: Command) -> Command:
+    """`function`, with a store failure it did not catch said as the command's error line."""
+
+    @functools.wraps(function)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except Exception as exc:  # only store failures are said here; anything else is re-raised
+            found = store_failure(exc)
+            if found is None or os.environ.get("PTXBENCH_DEBUG"):
+                raise
+            raise fail(name, *found) from None
+
+    return run
+
+
+def register(
+    app: typer.Typer, commands: Sequence[tuple[str, Command]], *, pass_through: Sequence[str] = (), group: str = ""
+) -> None:
     """Add each (name, function) to `app`. A name in `pass_through` hands its arguments on unparsed
-    (`ptxbench tui --db X` is read by the explorer's own parser)."""
+    (`ptxbench tui --db X` is read by the explorer's own parser); `group` names the group in error lines."""
     for name, function in commands:
         if name in pass_through:
             app.command(name, context_settings=PASS_THROUGH, add_help_option=False)(function)
         else:
-            app.command(name)(function)
+            app.command(name)(_guarded(f"{group} {name}".strip(), function))

@@ -3,9 +3,17 @@
 The batch itself is services/batch.py: rows committed one by one, so a batch that is killed
 loses nothing it finished, and running the same command again resumes (with `--all-unjudged`
 a sample that already has a GPU judgement, or with `--static` any evaluation, is skipped).
-SIGTERM and SIGINT end the batch after the current sample. On many workers they withdraw the
-samples no worker has begun and wait for the running ones to write their rows (each at most its
-deadline; a second SIGINT leaves them for a resume too), saying what was kept and what is left.
+SIGTERM, SIGHUP and SIGINT end the batch after the current sample, whose judgement is written
+(or, when the store is held by another writer, kept in its recovery journal). On many workers
+they withdraw the samples no worker has begun and wait for the running ones to write their rows
+(each at most its deadline; a second SIGINT leaves them for a resume too), saying what was kept
+and what is left.
+
+A store another process is writing is waited for, said after a second, for at most
+$PTXBENCH_LOCK_WAIT seconds (60 unless set). A judgement the store will not take (the wait ran
+out, a stop came, the disk is full) is kept in the store's recovery journal and the batch stops
+(docs/store.md); the next writer of the store, this command run again included, writes the
+journal first.
 
 `--gpus all|N|0,2,5` spreads the batch over a pool of GPU workers on this host (services/pool.py),
 `--workers-per-gpu 2` puts two on each (their timing flagged as shared, never a clean speedup),
@@ -18,7 +26,9 @@ explorer follows).
 is refused rather than judged as an empty store.
 
 Exit status: 0 when the batch ran (whatever the verdicts, cancelled too); 1 when the tool
-failed on every sample it tried; 2 for a usage mistake or a store that will not open or is not there.
+failed on every sample it tried, or the store failed while it was read; 2 for a usage mistake or a
+store that will not open or is not there; 3 when the store would not take a judgement (it is in the
+recovery journal; run the same command again to resume).
 """
 
 from __future__ import annotations
@@ -120,6 +130,20 @@ class RichProgress:
             pass
 
 
+class _SayAfterStart:
+    """A sink that says `events` right after the batch's `start` (which stays the first line)."""
+
+    def __init__(self, sink: Any, events: list[ev.Event]) -> None:
+        self.sink, self.events = sink, events
+
+    def emit(self, event: ev.Event) -> None:
+        self.sink.emit(event)
+        if isinstance(event, ev.Start):
+            for said in self.events:
+                self.sink.emit(said)
+            self.events = []
+
+
 def eval_command(
     db: Annotated[Optional[Path], typer.Option("--db", help="store file (default: the user's store)")] = None,
     create: Annotated[bool, typer.Option("--create", help="make a new store at --db if there is none (without it a --db that is not a store is refused)")] = False,
@@ -150,8 +174,9 @@ def eval_command(
             get_task(task)
         except KeyError as exc:
             raise fail("eval", str(exc.args[0] if exc.args else exc)) from None
+    replayed: list[str] = []
     try:
-        store = open_for_writing(db, create=create, seed=False)
+        store = open_for_writing(db, create=create, seed=False, report=replayed.append)
     except (StoreError, OSError) as exc:
         raise fail("eval", str(exc)) from None
     ids = select_samples(store, sample, task, all_unjudged, static)
@@ -162,11 +187,12 @@ def eval_command(
         store.conn.close()
         raise fail("eval", str(exc)) from None
     sink: ev.JsonLines | RichProgress = ev.JsonLines() if json_progress else RichProgress()
+    said = _SayAfterStart(sink, [ev.Log("info", line) for line in replayed])
     try:
         if backend is None:
-            code = run_batch(store, ids, sink, static_only=static, sanitize=sanitize, executed=executed)
+            code = run_batch(store, ids, said, static_only=static, sanitize=sanitize, executed=executed)
         else:
-            code = run_parallel_batch(store, ids, sink, backend, static_only=static, sanitize=sanitize,
+            code = run_parallel_batch(store, ids, said, backend, static_only=static, sanitize=sanitize,
                                       executed=executed)
     finally:
         if isinstance(sink, RichProgress):

@@ -44,11 +44,34 @@ def _console() -> Any:
 
 
 def _open(db: Path | None, command: str, *, create: bool = False, hint: str | None = None) -> Any:
-    """The store a command reads and adds to: a named one must exist unless `create`."""
+    """The store a command reads and adds to: a named one must exist unless `create`. What its
+    recovery journal holds is written first (a named store's by `open_for_writing`)."""
+    from ptxbench.db.recovery import replay
+    from ptxbench.db.store import say_on_stderr
     from ptxbench.services.fixit import open_store
 
     with reported(f"fixit {command}"):
-        return open_store(db, create=create, hint=hint)
+        store = open_store(db, create=create, hint=hint)
+        if db is None:
+            said = replay(store).message()
+            if said:
+                say_on_stderr(said)
+        return store
+
+
+def _open_to_read(db: Path | None, command: str) -> Any:
+    """The store a command only reads: as a reader where it cannot be written (read-only media, a
+    read-only file or folder), else as `_open` does (a writable store is migrated and its recovery
+    journal written)."""
+    from ptxbench.db.access import require_store, store_access
+    from ptxbench.db.store import default_store_path, open_store
+
+    path = db if db is not None else default_store_path()
+    with reported(f"fixit {command}"):
+        if path.exists() and not store_access(path).writable:
+            require_store(path, hint="check the --db path")
+            return open_store(path, readonly=True, create=False)
+    return _open(db, command, hint="check the --db path")
 
 
 def _table(title: str, rows: list[tuple[Any, ...]], headers: tuple[str, ...]) -> Any:
@@ -271,7 +294,7 @@ def stats(db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """What the store holds for Fixit: pairs per category, task, arch, kind; the last export."""
     from ptxbench.services.fixit import store_stats
 
-    result = store_stats(_open(db, "stats", hint="check the --db path"))
+    result = store_stats(_open_to_read(db, "stats"))
     if as_json:
         typer.echo(json.dumps(result, default=str))
         return
@@ -290,4 +313,4 @@ def stats(db: DbOpt = None, as_json: JsonOpt = False) -> None:
 
 COMMANDS = (("pairs", pairs), ("repair", repair), ("explain", explain), ("export", export), ("stats", stats),
             *TRAINING)
-register(app, COMMANDS)
+register(app, COMMANDS, group="fixit")

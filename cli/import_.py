@@ -7,9 +7,14 @@ still unjudged (services/runs.py).
 `--db` must name an existing store; `--create` makes a new one there (the default store is
 created and seeded on first use either way).
 
+Two imports of one file at once judge each sample once (the second leaves to the first what it
+is judging). A judgement the store will not take (another writer held it past $PTXBENCH_LOCK_WAIT,
+the disk is full) is kept in the store's recovery journal and written by the next writer.
+
 Exit status: 0 when the file was imported (whatever the verdicts); 2 for a bad file, a store
 that will not open or is not there, or usage; 1 when the tool failed on a sample (the samples
-stay, unjudged; import again to retry).
+stay, unjudged; import again to retry); 3 when the store would not take a judgement (kept in the
+recovery journal; import again to resume).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ def import_command(
 ) -> None:
     """Import responses or candidates from a JSONL file, then judge them."""
     from ptxbench.cli.terminal import console
+    from ptxbench.db.recovery import Kept
     from ptxbench.services.runs import ImportFileError, import_responses
 
     err = console(stderr=True)
@@ -43,12 +49,15 @@ def import_command(
                                       progress=None if as_json else _printer(err))
         except ImportFileError as exc:
             raise fail("import", str(exc)) from None
+        except Kept as exc:
+            raise fail("import", str(exc), ExitCode.UNFINISHED) from None
     if as_json:
         sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
     else:
         out = console()
-        out.print(f"{file}: {report.imported} imported, {report.skipped} already stored, {report.judged} judged",
-                  markup=False, soft_wrap=True)
+        elsewhere = f", {report.judged_elsewhere} judged by another import of them" if report.judged_elsewhere else ""
+        out.print(f"{file}: {report.imported} imported, {report.skipped} already stored, {report.judged} judged"
+                  + elsewhere, markup=False, soft_wrap=True)
         for category, n in sorted(report.categories.items(), key=lambda kv: (-kv[1], kv[0])):
             out.print(f"  {category}: {n}", markup=False, soft_wrap=True)
     if report.judge_failures:

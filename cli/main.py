@@ -14,6 +14,7 @@ from ptxbench.cli.conventions import register
 from ptxbench.cli.eval import eval_command
 from ptxbench.cli.import_ import import_command
 from ptxbench.cli.mcp import mcp_command
+from ptxbench.cli.migrate import migrate_command
 from ptxbench.cli.report import report_command
 from ptxbench.cli.run import run_command
 from ptxbench.cli.tasks import tasks_command
@@ -44,6 +45,7 @@ COMMANDS = (
     ("report", report_command),
     ("eval", eval_command),
     ("mcp", mcp_command),
+    ("migrate", migrate_command),
     ("tui", tui_command),
 )
 register(app, COMMANDS, pass_through=("tui",))

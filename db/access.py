@@ -7,13 +7,19 @@ included (SQLite's "How To Corrupt An SQLite Database File", §2.2). Another
 process closing its last connection then thinks it is alone, checkpoints
 and deletes the WAL under the live connections: stale reads, lost writes,
 "malformed". So only `os.stat` and `os.access` look at the files here, and
-the header is checked by SQLite itself when the store is first read.
+the header is checked by SQLite itself when the store is first read. The one
+exception is `private_copy`, for a store no connection can hold a lock on
+(its docstring says why that is safe).
 """
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import stat
+import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +50,9 @@ class Access:
     # Read with SQLite's immutable=1: the folder is read-only (no -shm can be made) and no
     # WAL is left to read, so the file is all there is and nothing can change it.
     immutable: bool = False
+    # Read through a private copy: the folder is read-only, the WAL holds commits, and there is
+    # no -shm, which SQLite needs to read a WAL and cannot make there (`private_copy`).
+    private_copy: bool = False
 
 
 def sidecars(path: Path) -> tuple[Path, Path]:
@@ -116,11 +125,17 @@ def store_access(path: Path) -> Access:
                 break
     if not reason:
         return Access(writable=True)
-    wal, _ = sidecars(path)
+    wal, shm = sidecars(path)
     # Where the folder is writable SQLite makes the -shm it needs even for a read-only
     # connection; a WAL with commits in it must be read, so immutable=1 would be wrong there.
     wal_has_commits = wal.exists() and wal.stat().st_size > 0
-    return Access(writable=False, reason=reason, immutable=not folder_ok and not wal_has_commits)
+    copy = not folder_ok and wal_has_commits and not shm.exists()
+    if copy:
+        reason += (f"; its write-ahead log {wal.name} holds commits not yet in the file and there is no "
+                   f"{shm.name}, which SQLite needs and cannot make there, so it is read through a private copy "
+                   "(open it once where it can be written to fold the log into the file)")
+    return Access(writable=False, reason=reason, immutable=not folder_ok and not wal_has_commits,
+                  private_copy=copy)
 
 
 def _read_only_mount(folder: Path) -> bool:
@@ -132,5 +147,53 @@ def _read_only_mount(folder: Path) -> bool:
 
 def reader_uri(path: Path, access: Access) -> str:
     """The SQLite URI of a read-only connection to the store."""
+    if access.private_copy:
+        path = private_copy(path)
     uri = f"{path.resolve().as_uri()}?mode=ro"
     return uri + "&immutable=1" if access.immutable else uri
+
+
+_COPIES: dict[tuple[str, tuple[int, ...]], Path] = {}
+_COPIES_LOCK = threading.Lock()
+
+
+def private_copy(path: Path) -> Path:
+    """A copy of the store and its WAL in a private temporary folder, which SQLite can read
+    (it makes the -shm there). One copy per process while the files stay as they are.
+
+    Python opens the store here, which this module otherwise never does: no connection of this
+    process can hold a lock on it (without a -shm none could open it in WAL mode, and an
+    immutable one takes no locks), and no other process can write it (a writer needs the
+    -shm too), so closing these descriptors drops nothing and the two files cannot change
+    while they are copied."""
+    wal, _ = sidecars(path)
+    try:
+        key = (os.path.realpath(path), tuple(int(x) for f in (path, wal) for x in _identity(f)))
+    except OSError as exc:
+        raise StoreError(f"cannot read the store {path}: {exc.strerror or exc}") from None
+    with _COPIES_LOCK:
+        found = _COPIES.get(key)
+        if found is not None and found.exists():
+            return found
+        folder = Path(tempfile.mkdtemp(prefix="ptxbench-readonly-copy-"))
+        atexit.register(shutil.rmtree, folder, True)
+        target = folder / path.name
+        try:
+            shutil.copyfile(path, target)
+            shutil.copyfile(wal, folder / wal.name)
+        except OSError as exc:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise StoreError(
+                f"cannot read the store {path}: its folder is read-only, its write-ahead log {wal.name} holds "
+                f"commits not yet in the file, and copying both to a private folder failed ({exc.strerror or exc}). "
+                f"Copy {path.name} and {wal.name} together to a writable folder and open the copy, or have "
+                "someone who can write the folder open the store once (`ptxbench migrate --db PATH` folds the "
+                "log into the file)"
+            ) from None
+        _COPIES[key] = target
+        return target
+
+
+def _identity(path: Path) -> tuple[int, int, int, int]:
+    st = path.stat()
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns

@@ -15,7 +15,7 @@ from typing import Any
 import sqlite_utils
 
 from ptxbench.db.records import Evaluation, Measurement
-from ptxbench.db.writes import add_evaluation
+from ptxbench.db.recovery import add_evaluation_kept
 from ptxbench.engine import ENGINE_VERSION
 from ptxbench.engine.categories import ERROR_PREFIX, STAGE_OF, TOOL_ERROR
 from ptxbench.engine.static import StaticVerdict
@@ -120,9 +120,12 @@ def evaluation_records(result: Any, sample_id: int, source: str, extra_evidence:
 
 def add_judgement(db: sqlite_utils.Database, result: Any, sample_id: int, source: str,
                   extra_evidence: dict[str, Any] | None = None) -> Evaluation:
-    """Convert and write in one step: the evaluation and its measurements in one transaction."""
+    """Convert and write in one step: the evaluation and its measurements in one transaction. A store
+    that refuses the write (locked past the patience, full, failing) raises `Kept` (a StoreError):
+    the judgement is in the recovery journal and the next writer of the store writes it
+    (db/recovery.py)."""
     judged = evaluation_records(result, sample_id, source, extra_evidence)
-    return add_evaluation(db, judged.evaluation, judged.measurements)
+    return add_evaluation_kept(db, judged.evaluation, judged.measurements, by=source)
 
 
 def tool_error_record(sample_id: int, static: StaticVerdict | None, message: str, device: str | None,

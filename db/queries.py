@@ -9,6 +9,7 @@ or an empty list, never an error.
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import sqlite_utils
@@ -93,6 +94,53 @@ def measurements_for(db: sqlite_utils.Database, evaluation_id: int) -> list[Meas
 def labels_for(db: sqlite_utils.Database, sample_id: int) -> list[Label]:
     """A person's triage of a sample, newest first."""
     return _all(db, Label, "SELECT * FROM labels WHERE sample_id = ? ORDER BY id DESC", [sample_id])
+
+
+def current_label(db: sqlite_utils.Database, sample_id: int) -> Label | None:
+    """A sample's newest label (the current one; it may be one that clears: `is_cleared`)."""
+    return _one(db, Label, "SELECT * FROM labels WHERE sample_id = ? ORDER BY id DESC LIMIT 1", [sample_id])
+
+
+def is_cleared(label: Label | None) -> bool:
+    """A label that says nothing (no category, no note, no Fixit mark): the person cleared the
+    sample's label. The row stays as history; the sample counts as not labelled."""
+    return label is not None and label.category is None and not label.note and not label.fixit_candidate
+
+
+# Whether the sample `{sid}` is labelled now: its newest label says something (a cleared label,
+# which says nothing, leaves it unlabelled). For the listings' and the triage's counts.
+LABELLED_SQL = (
+    "EXISTS (SELECT 1 FROM labels lx WHERE lx.id = (SELECT MAX(ly.id) FROM labels ly WHERE ly.sample_id = {sid})"
+    " AND (lx.category IS NOT NULL OR lx.note <> '' OR lx.fixit_candidate = 1))"
+)
+
+
+def label_counts(db: sqlite_utils.Database) -> dict[str, int]:
+    """Samples by the state of their current label: `labelled`, `cleared` (had a label, now cleared)."""
+    row = db.execute(
+        "SELECT SUM(CASE WHEN l.category IS NOT NULL OR l.note <> '' OR l.fixit_candidate = 1 THEN 1 ELSE 0 END),"
+        " SUM(CASE WHEN l.category IS NULL AND l.note = '' AND l.fixit_candidate = 0 THEN 1 ELSE 0 END)"
+        " FROM labels l WHERE l.id IN (SELECT MAX(id) FROM labels GROUP BY sample_id)"
+    ).fetchone()
+    return {"labelled": int(row[0] or 0), "cleared": int(row[1] or 0)}
+
+
+@dataclass(frozen=True)
+class LabelContext:
+    """What the label dialog needs, and nothing more (read in one small query)."""
+
+    sample_id: int
+    automatic: str | None  # the category of the evaluation that speaks (db/verdict.py)
+    label: Label | None  # the current label in the store
+
+
+def label_context(db: sqlite_utils.Database, sample_id: int) -> LabelContext | None:
+    """The label dialog's context of a sample, or None when there is no such sample."""
+    if db.execute("SELECT 1 FROM samples WHERE id = ?", [sample_id]).fetchone() is None:
+        return None
+    shown = db.execute(f"SELECT category FROM evaluations WHERE id = {verdict.shown_for(db, ':sample_id')}",
+                       {"sample_id": sample_id}).fetchone()
+    return LabelContext(sample_id, shown[0] if shown else None, current_label(db, sample_id))
 
 
 def fixes_for(db: sqlite_utils.Database, sample_id: int) -> list[Fix]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Protocol
@@ -29,7 +29,8 @@ from ptxbench.db.access import CREATE_HINT, require_store
 from ptxbench.db.queries import get_model, get_sample, get_task
 from ptxbench.db.records import Evaluation, Fix, Measurement, Run, Sample, Task, canonical_json, content_hash
 from ptxbench.db.seed_files import SampleEntry, SeedData, SeedError, load_seed_dir, read_repo_file
-from ptxbench.db.store import get_meta, now_iso, open_store, set_meta, write_transaction
+from ptxbench.db.recovery import replay
+from ptxbench.db.store import get_meta, now_iso, open_store, say_on_stderr, set_meta, write_transaction
 from ptxbench.db.writes import add_evaluation, add_fix, add_sample, create_run, get_or_create_model, upsert_task
 
 log = logging.getLogger(__name__)
@@ -332,16 +333,26 @@ def open_for_writing(
     create: bool = False,
     seed: bool = True,
     hint: str = CREATE_HINT,
+    report: Callable[[str], None] | None = say_on_stderr,
 ) -> sqlite_utils.Database:
     """The store a command adds data to (`eval`, `import`, `run`, `mcp`, Fixit's writers).
 
     `path` None is the default store, created on first use (and with `seed`, seeded) as
     always. A path a person named must already be a store unless `create`: a mistyped `--db`
     would otherwise become a new, empty store that silently takes the data. NoStore says the
-    path and `hint`. With `seed` the store is seeded as `ensure_default_store` does."""
+    path and `hint`. With `seed` the store is seeded as `ensure_default_store` does. What the
+    store's recovery journal holds is written first (db/recovery.py) and said to `report`."""
     if path is not None and not create:
         require_store(Path(path), hint=hint)
-    return ensure_default_store(path) if seed else open_store(path)
+    db = ensure_default_store(path) if seed else open_store(path)
+    try:
+        said = replay(db).message()
+    except BaseException:
+        db.conn.close()
+        raise
+    if said and report is not None:
+        report(said)
+    return db
 
 
 def ensure_default_store(

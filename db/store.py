@@ -30,29 +30,40 @@ from pathlib import Path
 import sqlite_utils
 
 from ptxbench.db.access import NoStore, StoreError, check_file, reader_uri, remember_store, store_access
+from ptxbench.db.locking import (
+    DEFAULT_LOCK_WAIT_S,
+    LOCK_WAIT_ENV,
+    before_waiting,
+    begin_immediate,
+    lock_patience,
+    patience_of,
+    rollback,
+    say_on_stderr,
+    set_patience,
+    set_wait_notice,
+    stop_waiting,
+    waiting_stopped,
+)
+from ptxbench.db.failures import (
+    SchemaTooNew,
+    StoreDamaged,
+    StoreLocked,
+    StoreReadOnly,
+    StoreWriteFailed,
+    migrate_hint,
+    restore_hint,
+    translate_error,
+)
 
-__all__ = ["StoreError", "NoStore", "StoreLocked", "StoreDamaged", "StoreReadOnly", "SchemaTooNew", "open_store"]  # and the rest
+__all__ = ["StoreError", "NoStore", "StoreLocked", "StoreDamaged", "StoreReadOnly", "StoreWriteFailed",
+           "SchemaTooNew", "open_store", "translate_error", "write_transaction", "lock_patience", "set_patience",
+           "patience_of", "set_wait_notice", "before_waiting", "stop_waiting", "waiting_stopped", "say_on_stderr",
+           "LOCK_WAIT_ENV", "DEFAULT_LOCK_WAIT_S"]  # and the rest
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 ENV_VAR = "PTXBENCH_DB"
-DEFAULT_TIMEOUT_S = 5.0
+DEFAULT_TIMEOUT_S = 5.0  # SQLite's busy timeout for reads and for a reader's connection
 _MIGRATION_NAME = re.compile(r"^(\d{4})_[A-Za-z0-9_]+\.sql$")
-
-
-class StoreLocked(StoreError):
-    """Another process held the write lock for longer than the timeout."""
-
-
-class SchemaTooNew(StoreError):
-    """The store was written by a newer PTXBench than this one."""
-
-
-class StoreDamaged(StoreError):
-    """SQLite found the file damaged (malformed pages, a broken header)."""
-
-
-class StoreReadOnly(StoreError):
-    """The store cannot be written here (read-only media, file or folder)."""
 
 
 @dataclass(frozen=True)
@@ -76,9 +87,10 @@ class MigrationReport:
         return self.to_version != self.from_version
 
 
-def now_iso() -> str:
-    """The store's timestamp format: UTC, ISO 8601, seconds."""
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+def now_iso(*, precise: bool = False) -> str:
+    """The store's timestamp format: UTC, ISO 8601, seconds (`precise`: microseconds, where the time
+    is part of a row's identity, as a label's is: db/recovery.py)."""
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds" if precise else "seconds")
 
 
 def default_store_path() -> Path:
@@ -120,7 +132,7 @@ def open_store(
     path: str | Path | None = None,
     *,
     readonly: bool = False,
-    timeout: float = DEFAULT_TIMEOUT_S,
+    timeout: float | None = None,
     migrate: bool = True,
     check: bool = False,
     create: bool = True,
@@ -134,10 +146,13 @@ def open_store(
     first (it reads the whole file; migrating an existing store always does
     it). `create=False` refuses a missing or empty file instead of making a
     new store of it (a path a person named must already be a store).
+    `timeout`: how long a writer waits for another writer's lock (None:
+    `lock_patience()`, $PTXBENCH_LOCK_WAIT or 60 s); for a reader, SQLite's
+    busy timeout (None: 5 s).
     """
     path = Path(path) if path is not None else default_store_path()
     if readonly:
-        conn = connect_reader(path, timeout=timeout, create=create)
+        conn = connect_reader(path, timeout=DEFAULT_TIMEOUT_S if timeout is None else timeout, create=create)
         db = sqlite_utils.Database(conn, execute_plugins=False)
         if check:
             try:
@@ -146,15 +161,17 @@ def open_store(
                 conn.close()
                 raise
         return db
+    patience = lock_patience() if timeout is None else timeout
     check_file(path, must_exist=False, create=create)
     remember_store(path)
     if path.exists():
         access = store_access(path)
         if not access.writable:
             raise StoreReadOnly(f"the store {path} cannot be written: {access.reason}")
-    conn = _connect(path, readonly=False, timeout=timeout)
+    conn = _connect(path, readonly=False, timeout=min(patience, DEFAULT_TIMEOUT_S))
     try:
         db = sqlite_utils.Database(conn, execute_plugins=False)
+        set_patience(db, patience)
         version = _read_version(db, path)
         if check:
             quick_check(db, path)
@@ -188,7 +205,7 @@ def connect_reader(
         if version < latest_version():
             raise StoreError(
                 f"the store {path} has schema version {version} and this PTXBench needs {latest_version()}; "
-                "open it once for writing (for example `ptxbench tasks`) to upgrade it"
+                + migrate_hint(path)
             )
         try:
             conn.execute("SELECT ln(1.0)").fetchone()
@@ -223,7 +240,7 @@ def _connect(path: Path, *, readonly: bool, timeout: float, factory: type[sqlite
         conn.execute("PRAGMA foreign_keys = ON")
         return conn
     except sqlite3.Error as exc:
-        raise StoreError(f"cannot open the store {path}: {exc}") from None
+        raise translate_error(exc, path) from None
 
 
 def _read_version(db: sqlite_utils.Database, path: Path) -> int:
@@ -260,30 +277,7 @@ def quick_check(db: sqlite_utils.Database, path: Path | str = "the store") -> No
         problems = [line.strip() for row in rows for line in str(row).splitlines()
                     if line.strip() and not line.startswith("***")]
         shown = "; ".join(problems[:2]) + (f"; {len(problems) - 2} more" if len(problems) > 2 else "")
-        raise StoreDamaged(
-            f"the store {path} is damaged (SQLite integrity check: {shown}); "
-            "restore a backup (*.bak-v*) or move the file aside to start a new store"
-        )
-
-
-def translate_error(exc: sqlite3.Error, path: Path) -> StoreError:
-    """The StoreError a person reads for an SQLite error on the store at `path`."""
-    msg = str(exc)
-    low = msg.lower()
-    if "locked" in low or "busy" in low:
-        return StoreLocked(
-            f"the store {path} is locked by another writer (waited for it and gave up); "
-            "close the other PTXBench process or try again"
-        )
-    if "not a database" in low:
-        return StoreError(f"{path} is not a PTXBench store: the file is not an SQLite database")
-    if "malformed" in low or "corrupt" in low:
-        return StoreDamaged(
-            f"the store {path} is damaged ({msg}); restore a backup (*.bak-v*) or move the file aside"
-        )
-    if "readonly" in low or "read-only" in low:
-        return StoreReadOnly(f"the store {path} cannot be written ({msg})")
-    return StoreError(f"store error in {path}: {msg}")
+        raise StoreDamaged(f"the store {path} is damaged (SQLite integrity check: {shown}); {restore_hint(Path(path))}")
 
 
 # -- transactions ---------------------------------------------------------------
@@ -291,33 +285,40 @@ def translate_error(exc: sqlite3.Error, path: Path) -> StoreError:
 
 @contextlib.contextmanager
 def write_transaction(db: sqlite_utils.Database) -> Iterator[sqlite_utils.Database]:
-    """One write transaction, taken with the write lock up front (BEGIN IMMEDIATE)
-    so that it waits on the busy timeout instead of failing half way; nested use
-    becomes a savepoint. A lock held past the timeout becomes `StoreLocked`."""
+    """One write transaction, taken with the write lock up front (BEGIN IMMEDIATE) so
+    that it waits for another writer instead of failing half way; nested use becomes a
+    savepoint. The wait is bounded by the store's patience (`open_store`'s `timeout`,
+    $PTXBENCH_LOCK_WAIT) and said once it passes NOTICE_AFTER_S; past it, or after
+    `stop_waiting()`, it is `StoreLocked`. Any SQLite failure inside (a full disk, a
+    file-size limit, an I/O error) rolls the whole transaction back and becomes the
+    StoreError that says so."""
     if db.conn.in_transaction:
-        with db.atomic():
-            yield db
+        try:
+            with db.atomic():
+                yield db
+        except sqlite3.Error as exc:
+            raise translate_error(exc, _db_path(db), writing=True) from None
         return
-    try:
-        db.conn.execute("BEGIN IMMEDIATE")
-    except sqlite3.OperationalError as exc:
-        raise translate_error(exc, _db_path(db)) from None
+    begin_immediate(db)
     try:
         yield db
-    except BaseException:
-        if db.conn.in_transaction:
-            db.conn.execute("ROLLBACK")
+    except BaseException as exc:
+        rollback(db)
+        if isinstance(exc, sqlite3.Error):
+            raise translate_error(exc, _db_path(db), writing=True) from None
         raise
     try:
         db.conn.execute("COMMIT")
-    except sqlite3.OperationalError as exc:
-        if db.conn.in_transaction:
-            db.conn.execute("ROLLBACK")
-        raise translate_error(exc, _db_path(db)) from None
+    except sqlite3.Error as exc:
+        rollback(db)
+        raise translate_error(exc, _db_path(db), writing=True) from None
 
 
 def _db_path(db: sqlite_utils.Database) -> Path:
-    return store_file(db) or Path(":memory:")
+    try:
+        return store_file(db) or Path(":memory:")
+    except sqlite3.Error:  # a connection that failed may not answer even this: the message names no path then
+        return Path("the store")
 
 
 def store_file(db: sqlite_utils.Database) -> Path | None:
@@ -380,22 +381,82 @@ def package_version() -> str:
 
 
 def backup_store(db: sqlite_utils.Database, path: Path, version: int) -> Path:
-    """A consistent copy of the store through SQLite's backup API (safe while others read)."""
+    """A consistent copy of the store through SQLite's backup API (safe while others read),
+    written whole or not at all: into a hidden `.NAME.bak-v….PID.part` file, flushed to disk,
+    then renamed to `NAME.bak-v<version>-<UTC time>`. A process killed while backing up
+    leaves only a `.part` (removed by the next backup), never a `.bak-v*` that is not a whole
+    copy."""
+    _remove_dead_parts(path)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     target = path.with_name(f"{path.name}.bak-v{version}-{stamp}")
     n = 1
     while target.exists():
         n += 1
         target = path.with_name(f"{path.name}.bak-v{version}-{stamp}-{n}")
+    part = path.with_name(f".{target.name}.{os.getpid()}.part")
     try:
-        dest = sqlite3.connect(str(target))
+        dest = sqlite3.connect(str(part))
         try:
             db.conn.backup(dest)
+            # The copy keeps the store's WAL mode; as a rollback-journal file it is one file to rename.
+            dest.execute("PRAGMA journal_mode = DELETE")
         finally:
             dest.close()
-    except sqlite3.Error as exc:
-        raise StoreError(f"could not back up {path} to {target} before migrating: {exc}") from None
+        _fsync_file(part)
+        os.replace(part, target)
+        _fsync_folder(path.parent)
+    except (sqlite3.Error, OSError) as exc:
+        for leftover in _part_files(part):
+            with contextlib.suppress(OSError):
+                leftover.unlink()
+        raise StoreError(
+            f"could not back up {path} before migrating it ({exc}); nothing was migrated. "
+            f"Free some space beside the store, then open it again ({migrate_hint(path)})"
+        ) from None
     return target
+
+
+def _part_files(part: Path) -> list[Path]:
+    return [part, part.with_name(part.name + "-journal"), part.with_name(part.name + "-wal"),
+            part.with_name(part.name + "-shm")]
+
+
+def _remove_dead_parts(path: Path) -> None:
+    """Backups a killed process left half written (its pid is in the name; a live one's stays)."""
+    for part in path.parent.glob(f".{path.name}.bak-v*.part"):
+        try:
+            pid = int(part.name.rsplit(".", 2)[-2])
+            os.kill(pid, 0)
+            continue  # still backing up
+        except (ValueError, ProcessLookupError):
+            pass
+        except PermissionError:
+            continue  # alive, another user's
+        for leftover in _part_files(part):
+            with contextlib.suppress(OSError):
+                leftover.unlink()
+
+
+def _fsync_file(path: Path) -> None:
+    # A backup file, never the store: closing this descriptor drops no lock SQLite holds (db/access.py).
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_folder(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems cannot sync a folder; the rename is still atomic
+    finally:
+        os.close(fd)
 
 
 # -- provenance -------------------------------------------------------------------

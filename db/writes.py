@@ -10,7 +10,11 @@ Rules the functions keep:
 from __future__ import annotations
 
 import contextlib
+import json
+import os
+import socket
 import sqlite3
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 
@@ -262,3 +266,64 @@ def bulk_load(db: sqlite_utils.Database) -> Iterator[sqlite_utils.Database]:
             db.execute(f"INSERT INTO {table} ({table}) VALUES ('rebuild')")
         for _, sql in saved:
             db.execute(sql)
+
+
+# -- claims: one process at a time works on a thing --------------------------------------------------
+
+CLAIM_PREFIX = "claim:"
+CLAIM_STALE_S = 3600.0  # a claim from another host is taken as abandoned after this long
+
+
+def _owner() -> dict[str, object]:
+    return {"pid": os.getpid(), "host": socket.gethostname(), "at": time.time()}
+
+
+def _claim_live(value: str) -> bool:
+    try:
+        owner = json.loads(value)
+        pid, host, at = int(owner["pid"]), str(owner["host"]), float(owner["at"])
+    except (ValueError, KeyError, TypeError):
+        return False
+    if host != socket.gethostname():
+        return time.time() - at < CLAIM_STALE_S
+    if pid == os.getpid():
+        return False  # this process's own: taken again
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def claim(db: sqlite_utils.Database, what: str) -> bool:
+    """Take `what` (for example `judge:17`) for this process; False while another live process holds it.
+    A claim of a process that has ended is taken over. Kept in `meta` as `claim:<what>`."""
+    key = CLAIM_PREFIX + what
+    with write_transaction(db):
+        row = db.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()
+        if row is not None and _claim_live(row[0]):
+            return False
+        db.execute(
+            "INSERT INTO meta (key, value, updated_at) VALUES (?, ?, ?) "
+            "ON CONFLICT(key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
+            [key, json.dumps(_owner()), now_iso()],
+        )
+    return True
+
+
+def release(db: sqlite_utils.Database, what: str) -> None:
+    """Give up this process's claim on `what` (another's is left alone)."""
+    key = CLAIM_PREFIX + what
+    with write_transaction(db):
+        row = db.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()
+        if row is None:
+            return
+        try:
+            owner = json.loads(row[0])
+            mine = int(owner["pid"]) == os.getpid() and owner["host"] == socket.gethostname()
+        except (ValueError, KeyError, TypeError):
+            mine = True
+        if mine:
+            db.execute("DELETE FROM meta WHERE key = ?", [key])

@@ -6,6 +6,12 @@ written in one transaction (samples, with their runs and models created as
 needed), then each new sample is judged like a sample of `ptxbench run`.
 Lines whose (run, task, sample_index, turn) slot is already stored are
 skipped, so importing the same file again only judges what is still unjudged.
+Two imports of one file at once judge each sample once: a sample is claimed
+before it is judged (db/writes.py `claim`), and one another live import holds,
+or has judged meanwhile, is left to it. A run is marked finished
+(`finished_at`) when the import that wrote or judged its samples ends. A
+judgement the store will not take is kept in its recovery journal
+(db/recovery.py) and the import stops with `Kept`.
 
 Files named by a line (`code_file`, `manifest_file`) are read relative to the
 JSONL file's folder and must stay inside it: absolute paths, `..` that climbs
@@ -17,6 +23,7 @@ process's SQLite locks on it).
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,10 +35,19 @@ import sqlite_utils
 from ptxbench.db.files import PathLike, database_reason
 from ptxbench.db.generation import find_run
 from ptxbench.db.judgement import add_judgement
-from ptxbench.db.queries import find_sample, latest_evaluation
+from ptxbench.db.queries import find_sample, get_run, latest_evaluation
 from ptxbench.db.records import Run, Sample
-from ptxbench.db.store import store_file, write_transaction
-from ptxbench.db.writes import CONTEXT_LEVELS, LANGUAGES, add_sample, create_run, get_or_create_model
+from ptxbench.db.store import StoreError, store_file, write_transaction
+from ptxbench.db.writes import (
+    CONTEXT_LEVELS,
+    LANGUAGES,
+    add_sample,
+    claim,
+    create_run,
+    finish_run,
+    get_or_create_model,
+    release,
+)
 from ptxbench.models.judging import JudgeFailed, fill_candidate, judge_sample
 from ptxbench.tasks.spec import get_task, task_ids
 
@@ -85,6 +101,7 @@ class ImportReport:
     imported: int = 0
     skipped: int = 0                  # slots already stored
     judged: int = 0
+    judged_elsewhere: int = 0         # judged by another import of the same samples running at the same time
     runs: dict[str, int] = field(default_factory=dict)
     categories: dict[str, int] = field(default_factory=dict)
     judge_failures: list[str] = field(default_factory=list)
@@ -277,9 +294,25 @@ def import_file(db: sqlite_utils.Database, path: str | Path, *, judge: bool = Tr
             new.append(sample)
             report.imported += 1
     note({"event": "imported", "imported": report.imported, "skipped": report.skipped})
-    if not judge:
-        return report
-    for sample in new:
+    if judge:
+        for sample in new:
+            _judge_once(db, sample, gpu, report, note)
+    _finish_runs(db, report)
+    return report
+
+
+def _judge_once(db: sqlite_utils.Database, sample: Sample, gpu: bool, report: ImportReport, note: Progress) -> None:
+    """Judge one imported sample unless another import judges it (now, or did meanwhile)."""
+    what = f"judge:{sample.id}"
+    if not claim(db, what):
+        report.judged_elsewhere += 1
+        note({"event": "elsewhere", "sample_id": sample.id})
+        return
+    try:
+        if latest_evaluation(db, sample.id) is not None:  # type: ignore[arg-type]
+            report.judged_elsewhere += 1
+            note({"event": "elsewhere", "sample_id": sample.id})
+            return
         spec = get_task(sample.task_id)
         extracted = fill_candidate(db, sample)
         try:
@@ -287,12 +320,23 @@ def import_file(db: sqlite_utils.Database, path: str | Path, *, judge: bool = Tr
         except JudgeFailed as exc:
             report.judge_failures.append(f"sample {sample.id}: {exc}")
             note({"event": "failure", "sample_id": sample.id, "message": str(exc)})
-            continue
+            return
         evaluation = add_judgement(db, result, sample.id, EVALUATION_SOURCE)  # type: ignore[arg-type]
         report.judged += 1
         report.categories[evaluation.category] = report.categories.get(evaluation.category, 0) + 1
         note({"event": "judged", "sample_id": sample.id, "task": sample.task_id, "category": evaluation.category})
-    return report
+    finally:
+        with contextlib.suppress(StoreError):  # a claim left behind is taken over once this process has ended
+            release(db, what)
+
+
+def _finish_runs(db: sqlite_utils.Database, report: ImportReport) -> None:
+    """An import is the whole of its runs' work: they are finished when it ends (again, after a resume
+    that added or judged something)."""
+    for run_id in report.runs.values():
+        run = get_run(db, run_id)
+        if run is not None and (run.finished_at is None or report.imported or report.judged):
+            finish_run(db, run_id)
 
 
 def _run_for(db: sqlite_utils.Database, e: Entry, source: str) -> Run:

@@ -2,8 +2,13 @@
 
 An evaluation and its per-size measurements go in one transaction, so a batch that is killed
 loses nothing it finished, and the same selection run again resumes (`select_samples` with
-`all_unjudged` leaves out what is already judged). A stop request (SIGTERM, SIGINT, or a
-caller's flag) ends the batch after the current sample. Progress is a stream of typed events
+`all_unjudged` leaves out what is already judged). A stop request (SIGTERM, SIGHUP, SIGINT, or
+a caller's flag) ends the batch after the current sample, whose judgement is still written.
+
+A store that will not take a judgement (another writer holds it past the patience, a stop
+comes while waiting for it, the disk is full) does not lose it: it is kept in the store's
+recovery journal (db/recovery.py), the batch says so and stops, and exits EXIT_UNFINISHED;
+the next writer of the store writes the journal first. Progress is a stream of typed events
 (services/progress.py) handed to a sink: the CLI writes them as JSON lines or a progress bar,
 tests collect them.
 
@@ -12,6 +17,7 @@ While the GPU judges one sample, the static stages of the next few run on CPU th
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -25,6 +31,7 @@ SOURCE = "ptxbench eval"
 PREFETCH = 4  # static stages of the next samples run on CPU threads while the GPU judges
 EXIT_OK = 0
 EXIT_TOOL = 1  # the tool failed on every sample it tried (or the worker would not start)
+EXIT_UNFINISHED = 3  # the store refused a judgement: it is in the recovery journal; run again to resume
 
 
 class Stop(Protocol):
@@ -40,8 +47,11 @@ class Stop(Protocol):
 
 
 class SignalStop:
-    """SIGTERM and SIGINT ask the batch to stop after the current sample (main thread only); a second one
-    abandons what is still running."""
+    """SIGTERM, SIGHUP and SIGINT ask the batch to stop after the current sample (main thread only); a second
+    one abandons what is still running. A write waiting for a locked store stops waiting at once: what it
+    held goes to the recovery journal (db/store.py `stop_waiting`)."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
     def __init__(self) -> None:
         self.requested = False
@@ -49,11 +59,14 @@ class SignalStop:
         self._old: dict[int, Any] = {}
 
     def __enter__(self) -> SignalStop:
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in self.SIGNALS:
             self._old[sig] = signal.signal(sig, self._handle)
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:
+        from ptxbench.db.store import stop_waiting
+
+        stop_waiting()
         if self.requested:
             self.abandoned = True
         self.requested = True
@@ -129,11 +142,14 @@ def run_batch(
     stop: Stop | None = None,
     source: str = SOURCE,
 ) -> int:
-    """Judge `ids` in order, committing each row; returns 0, or EXIT_TOOL when the tool failed on
-    every sample it tried. `stop` defaults to SIGTERM/SIGINT (which needs the main thread)."""
+    """Judge `ids` in order, committing each row; returns 0, EXIT_TOOL when the tool failed on every
+    sample it tried, or EXIT_UNFINISHED when the store refused a judgement (kept in the recovery journal;
+    the batch stops there). `stop` defaults to SIGTERM/SIGHUP/SIGINT (which needs the main thread)."""
     from ptxbench.db.judgement import evaluation_records, tool_error_record
     from ptxbench.db.queries import get_sample
-    from ptxbench.db.writes import add_evaluation
+    from ptxbench.db.recovery import Kept, add_evaluation_kept
+    from ptxbench.db.store import StoreError, set_wait_notice
+    from ptxbench.db.writes import InvalidRecord
     from ptxbench.engine.pipeline import EngineError, judge
     from ptxbench.engine.runner import Runner, WorkerUnavailable
     from ptxbench.engine.static import judge_static
@@ -142,6 +158,8 @@ def run_batch(
 
     judged = failed = 0
     cancelled = False
+    refused: str | None = None  # why the store would not take a judgement
+    kept = 0  # judgements kept in the recovery journal instead
     own_runner = runner is None and not static_only
     device_name = None
     if not static_only:
@@ -173,6 +191,7 @@ def run_batch(
             return
         futures[sid] = pool.submit(judge_static, candidate_of(s), spec)
 
+    said_before = set_wait_notice(lambda message: progress.emit(ev.Log("warning", message)))
     try:
         with stop or SignalStop() as stopping:
             for i in range(min(PREFETCH, len(ids))):
@@ -194,6 +213,7 @@ def run_batch(
                     progress.emit(ev.StageChanged(sample_id=_sid, stage=stage, status=status, category=category))
 
                 static = None
+                tool_failure: str | None = None
                 try:
                     spec = get_task(s.task_id)
                     note("assemble", "begin")
@@ -210,21 +230,51 @@ def run_batch(
                         progress=note,
                     )
                     records = evaluation_records(j, sid, source)
-                    row = add_evaluation(store, records.evaluation, records.measurements)
+                    record, measurements = records.evaluation, records.measurements
                 except (EngineError, WorkerUnavailable, KeyError, OSError, ValueError, RuntimeError) as exc:
-                    failed += 1
-                    message = f"{type(exc).__name__}: {exc}"[:2000]
+                    tool_failure = f"{type(exc).__name__}: {exc}"[:2000]
                     # The attempt is recorded too: nothing the batch tried is silently left unjudged.
-                    error_row = add_evaluation(store, tool_error_record(sid, static, message, device_name, source), [])
-                    progress.emit(ev.Error(sample_id=sid, message=message, evaluation_id=error_row.id))
+                    record, measurements = tool_error_record(sid, static, tool_failure, device_name, source), []
+                try:
+                    row = add_evaluation_kept(store, record, measurements, by=f"{source} (pid {os.getpid()})")
+                except Kept as exc:
+                    refused, kept = str(exc), 1
+                    progress.emit(ev.Error(sample_id=sid, message=refused[:2000]))
+                    break
+                except StoreError as exc:  # not written, and not kept either (the journal could not be written)
+                    refused = str(exc)
+                    progress.emit(ev.Error(sample_id=sid, message=refused[:2000]))
+                    break
+                except InvalidRecord as exc:  # the sample went away meanwhile
+                    failed += 1
+                    progress.emit(ev.Error(sample_id=sid, message=f"not stored: {exc}"[:2000]))
+                    continue
+                if tool_failure is not None:
+                    failed += 1
+                    progress.emit(ev.Error(sample_id=sid, message=tool_failure, evaluation_id=row.id))
                     continue
                 judged += 1
                 assert row.id is not None  # committed just now
                 progress.emit(ev.Result.of_row(sid, row))
-            cancelled = stopping.requested and judged + failed < len(ids)
+            cancelled = (stopping.requested or refused is not None) and judged + failed < len(ids)
     finally:
+        set_wait_notice(said_before)
         pool.shutdown(wait=False, cancel_futures=True)
         if own_runner and runner is not None:
             runner.close()
+    if refused is not None:
+        left = len(ids) - judged - failed - 1
+        progress.emit(ev.Log("error", stopped_by_the_store(kept, left)))
     progress.emit(ev.Done(judged=judged, failed_tool=failed, cancelled=cancelled))
+    if refused is not None:
+        return EXIT_UNFINISHED
     return EXIT_TOOL if failed and not judged else EXIT_OK
+
+
+def stopped_by_the_store(kept: int, left: int) -> str:
+    """What a batch says when the store refused its judgements."""
+    return (
+        f"the store would not take a judgement, so the batch stopped: {kept} judgement(s) are kept in the store's "
+        f"recovery journal and {left} sample(s) were not judged. Run the same command again once the store is "
+        "free: it writes the journal first, then judges the rest"
+    )

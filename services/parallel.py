@@ -15,7 +15,11 @@ The same contract as the one-worker batch (services/batch.py), with the judging 
   stop, or the deadline, abandons those still running (left for a resume too). Log events say
   what the stop waits for, and at the end what was kept and what is left;
 - with every worker gone (the pool took them all out of service) the samples not yet judged
-  stay unjudged, and the batch ends saying so.
+  stay unjudged, and the batch ends saying so;
+- a store that will not take a row (another writer holds it past the patience, a stop comes
+  while waiting, the disk is full) does not lose it: it goes to the store's recovery journal
+  (db/recovery.py), the batch stops as a stop does, the rows of the jobs still running go to the
+  journal without waiting again, and it exits EXIT_UNFINISHED. The next writer writes the journal.
 
 Rows carry evidence `worker` (which worker, which physical GPU, the attempt key); timing made
 while another worker shared the GPU is flagged (services/shared_gpu.py).
@@ -23,6 +27,7 @@ while another worker shared the GPU is flagged (services/shared_gpu.py).
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections import deque
@@ -33,7 +38,16 @@ from typing import Any
 import sqlite_utils
 
 from ptxbench.services import progress as ev
-from ptxbench.services.batch import EXIT_OK, EXIT_TOOL, PREFETCH, SOURCE, SignalStop, Stop
+from ptxbench.services.batch import (
+    EXIT_OK,
+    EXIT_TOOL,
+    EXIT_UNFINISHED,
+    PREFETCH,
+    SOURCE,
+    SignalStop,
+    Stop,
+    stopped_by_the_store,
+)
 from ptxbench.services.dispatch import (
     Backend,
     BackendUnavailable,
@@ -124,7 +138,8 @@ class _Batch:
         self.static_only, self.sanitize, self.executed, self.source = static_only, sanitize, executed, source
         self.static_threads = max(1, static_threads)
         self.batch_id = uuid.uuid4().hex[:12]
-        self.judged = self.failed = 0
+        self.judged = self.failed = self.kept = 0
+        self.refused: str | None = None  # why the store would not take a row
         self.written: set[str] = set()
         self.workers = 1
         self.stopped_at: float | None = None  # when a stop was asked (time.monotonic)
@@ -153,19 +168,28 @@ class _Batch:
         )
         for event in started:
             self.progress.emit(event)
+        from ptxbench.db.store import set_wait_notice
+
         cancelled = False
         statics = ThreadPoolExecutor(max_workers=self.static_threads, thread_name_prefix="ptxbench-static")
+        said_before = set_wait_notice(lambda message: self.progress.emit(ev.Log("warning", message)))
         try:
             with stop or SignalStop() as stopping:
                 cancelled = self._loop(stopping, statics)
         finally:
+            set_wait_notice(said_before)
             statics.shutdown(wait=False, cancel_futures=True)
             self._drain()
             self.backend.close()
             self._drain()
         if self.stopped_at is not None:
             self._say_what_the_stop_kept()
+        if self.refused is not None:
+            left = len(self.ids) - self.judged - self.failed - self.kept
+            self.progress.emit(ev.Log("error", stopped_by_the_store(self.kept, left)))
         self.progress.emit(ev.Done(judged=self.judged, failed_tool=self.failed, cancelled=cancelled))
+        if self.refused is not None:
+            return EXIT_UNFINISHED
         return EXIT_TOOL if self.failed and not self.judged else EXIT_OK
 
     def _loop(self, stopping: Stop, statics: ThreadPoolExecutor) -> bool:
@@ -175,11 +199,11 @@ class _Batch:
         cancelled = False
         while True:
             self._drain()
-            if stopping.requested and not cancelled:
+            if (stopping.requested or self.refused is not None) and not cancelled:
                 cancelled = True
                 self._stop(prepared, inflight)
             if cancelled and inflight and self._give_up(stopping, inflight):
-                return self.judged + self.failed < len(self.ids)
+                return self.judged + self.failed + self.kept < len(self.ids)
             if not cancelled and not self.backend.alive():
                 left = len(order) + len(prepared)
                 if left:
@@ -207,7 +231,7 @@ class _Batch:
                     if future is not None:
                         inflight[future] = head
             if not inflight and (cancelled or not (order or prepared)):
-                return cancelled and self.judged + self.failed < len(self.ids)
+                return cancelled and self.judged + self.failed + self.kept < len(self.ids)
             waiting: list[Future[Any]] = list(inflight)
             if prepared and prepared[0].static is not None and len(inflight) < self.backend.capacity():
                 waiting.append(prepared[0].static)
@@ -231,7 +255,7 @@ class _Batch:
     def _stop(self, prepared: deque[_Prepared], inflight: dict[Future[JudgeOutcome], _Prepared]) -> None:
         """Withdraw what no worker has begun; the running jobs go on, to write their rows."""
         self.stopped_at = time.monotonic()
-        self.done_at_stop = self.judged + self.failed
+        self.done_at_stop = self.judged + self.failed + self.kept
         self.backend.cancel_pending()
         for p in prepared:
             if p.static is not None:
@@ -273,8 +297,8 @@ class _Batch:
         return True
 
     def _say_what_the_stop_kept(self) -> None:
-        kept = self.judged + self.failed - self.done_at_stop
-        left = len(self.ids) - self.judged - self.failed
+        kept = self.judged + self.failed + self.kept - self.done_at_stop
+        left = len(self.ids) - self.judged - self.failed - self.kept
         message = (
             f"stopped: {kept} job(s) running at the stop wrote their rows; {left} sample(s) left unjudged for a resume"
         )
@@ -361,28 +385,52 @@ class _Batch:
         try:
             judgement = finished_judgement(self.backend, outcome)
             records = evaluation_records(judgement, sid, self.source, worker_evidence(outcome, self.workers))
-            row = self._add(records.evaluation, records.measurements)
         except (KeyError, OSError, ValueError, RuntimeError) as exc:
             self._tool_failed(sid, outcome.static, f"{type(exc).__name__}: {exc}", outcome.device, outcome.worker)
+            return
+        row = self._add(sid, records.evaluation, records.measurements, outcome.worker)
+        if row is None:
             return
         self.judged += 1
         self.progress.emit(ev.Result.of_row(sid, row, outcome.worker or None))
 
-    def _add(self, evaluation: Any, measurements: list[Any]) -> Any:
-        from ptxbench.db.writes import add_evaluation
+    def _add(self, sid: int, evaluation: Any, measurements: list[Any], worker: str) -> Any | None:
+        """The row written, or None: kept in the recovery journal (said, counted) or refused for good."""
+        from ptxbench.db.recovery import Kept, add_evaluation_kept
+        from ptxbench.db.store import StoreError, set_patience
+        from ptxbench.db.writes import InvalidRecord
 
-        return add_evaluation(self.store, evaluation, measurements)
+        try:
+            return add_evaluation_kept(self.store, evaluation, measurements, by=f"{self.source} (pid {os.getpid()})")
+        except Kept as exc:
+            self.kept += 1
+            if self.refused is None:
+                self.refused = str(exc)
+                set_patience(self.store, 0.0)  # the rows still coming go to the journal without waiting again
+            self.progress.emit(ev.Error(sample_id=sid, message=str(exc)[:2000], worker=worker or None))
+        except InvalidRecord as exc:  # the sample went away meanwhile
+            self.failed += 1
+            self.progress.emit(ev.Error(sample_id=sid, message=f"not stored: {exc}"[:2000], worker=worker or None))
+        except StoreError as exc:  # not written, and not kept either (the journal could not be written)
+            self.failed += 1
+            if self.refused is None:
+                self.refused = str(exc)
+                set_patience(self.store, 0.0)
+            self.progress.emit(ev.Error(sample_id=sid, message=str(exc)[:2000], worker=worker or None))
+        return None
 
     def _tool_failed(self, sid: int, static: Any, message: str, device: str | None, worker: str) -> None:
         """The attempt is recorded too: nothing the batch tried is silently left unjudged."""
         from ptxbench.db.judgement import tool_error_record
 
-        self.failed += 1
         message = message[:2000]
         record = tool_error_record(sid, static, message, device, self.source)
         if worker:
             record.evidence["worker"] = {"name": worker, "attempt": f"{self.batch_id}:{sid}"}
-        row = self._add(record, [])
+        row = self._add(sid, record, [], worker)
+        if row is None:
+            return
+        self.failed += 1
         self.progress.emit(ev.Error(sample_id=sid, message=message, evaluation_id=row.id, worker=worker or None))
 
 

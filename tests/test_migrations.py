@@ -183,7 +183,7 @@ def test_reader_refuses_missing_or_old_store(tmp_path):
     assert not (tmp_path / "absent.sqlite").exists()
     path = tmp_path / "old.sqlite"
     _v1_store(path)
-    with pytest.raises(StoreError, match="schema version 1.*open it once for writing"):
+    with pytest.raises(StoreError, match="schema version 1.*ptxbench migrate --db"):
         open_store(path, readonly=True)
 
 

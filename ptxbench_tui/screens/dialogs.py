@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
+from textual.message import Message
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Button, Checkbox, Input, Label, Select, Static
+from textual.widgets import Button, Checkbox, Input, Label, Select, Static, TextArea
 
 from ptxbench.engine.categories import CATEGORIES, DESCRIPTIONS, OK
 from ptxbench.engine.inert import inert
@@ -31,30 +33,73 @@ class LabelChoice:
 
 
 EMPTY_HINT = "Nothing to save yet: pick a category, type a note or tick Fixit (esc closes)."
+LOADING = "reading the current label…"
+
+
+class NoteArea(TextArea):
+    """The note: several lines (a paste keeps every line); Enter saves, as in a one-line field."""
+
+    DEFAULT_CSS = """
+    NoteArea { height: auto; max-height: 8; }
+    """
+
+    class Submitted(Message):
+        def __init__(self, area: NoteArea) -> None:
+            super().__init__()
+            self.area = area
+
+        @property
+        def control(self) -> NoteArea:
+            return self.area
+
+    def __init__(self, text: str = "", **kwargs: Any) -> None:
+        super().__init__(text, soft_wrap=True, show_line_numbers=False, tab_behavior="focus", **kwargs)
+
+    @property
+    def value(self) -> str:
+        return self.text
+
+    @value.setter
+    def value(self, text: str) -> None:
+        self.text = text
+
+    async def _on_key(self, event: events.Key) -> None:
+        if event.key == "enter":  # a newline comes in with a paste; Enter saves
+            event.stop()
+            event.prevent_default()
+            self.post_message(self.Submitted(self))
+            return
+        await super()._on_key(event)
 
 
 class LabelDialog(ModalScreen[LabelChoice | None]):
-    BINDINGS = keys.bindings("dialog")
+    """A sample's label. Opened at once with `loading`: until `loaded` brings the current label
+    the fields are disabled and keys typed meanwhile are dropped, so none lands in the note
+    before the current note is filled in (or moves the view underneath)."""
 
-    def __init__(self, sample_id: int, automatic: str | None, current: LabelChoice | None) -> None:
+    BINDINGS = keys.bindings("dialog")
+    AUTO_FOCUS = None  # the note takes the focus once it holds the current note (`_enable`)
+
+    def __init__(self, sample_id: int, automatic: str | None, current: LabelChoice | None, *,
+                 by: str = "", loading: bool = False) -> None:
         super().__init__()
         self.sample_id = sample_id
         self.automatic = automatic
         self.current = current
+        self.by = by  # whose the current label is, and when it was typed
+        self.loading = loading
+        self.seen: int | None = None  # the id of the newest stored label when the dialog was filled in
 
     def compose(self) -> ComposeResult:
         with Vertical(id="label-dialog", classes="dialog"):
             yield Label(f"[b]Label sample {self.sample_id}[/b]")
-            yield Static(
-                f"automatic category: [b]{markup_value(self.automatic or 'never evaluated')}[/b] — it stays; your label sits beside it.",
-                classes="dim",
-            )
+            yield Static(self._automatic_line(), classes="dim", id="label-automatic")
+            yield Static(self._by_line(), id="label-by", classes="dim")
             options = [(f"{c} — {DESCRIPTIONS.get(c, 'passes')}", c) for c in (OK, *CATEGORIES)]
             value = self.current.category if self.current and self.current.category else Select.NULL
             yield Select(options, prompt="category (blank: keep the automatic one)", id="label-category", value=value)
             # A stored note is shown inert: it may have come with a store from elsewhere.
-            yield Input(value=inert(self.current.note) if self.current else "", placeholder="note: what is really wrong",
-                        id="label-note")
+            yield NoteArea(inert(self.current.note) if self.current else "", id="label-note")
             yield Checkbox("Fixit candidate", value=bool(self.current and self.current.fixit), id="label-fixit")
             yield Static("", id="label-hint", classes="dim")
             with Horizontal(classes="buttons"):
@@ -62,21 +107,66 @@ class LabelDialog(ModalScreen[LabelChoice | None]):
                 yield Button("Cancel", id="label-cancel")
         yield KeyBar()
 
+    def _automatic_line(self) -> str:
+        if self.loading:
+            return LOADING
+        return (f"automatic category: [b]{markup_value(self.automatic or 'never evaluated')}[/b] — it stays; "
+                "your label sits beside it.")
+
+    def _by_line(self) -> str:
+        return f"current label: {markup_value(self.by)}" if self.by else ""
+
     def on_mount(self) -> None:
         self.query_one("#label-hint", Static).display = False
-        self.query_one("#label-note", Input).focus()
+        self.query_one("#label-note", NoteArea).border_title = "note (Enter saves; a paste keeps every line)"
+        self._show()
+
+    def loaded(self, automatic: str | None, current: LabelChoice | None, *, by: str = "", seen: int | None = None) -> None:
+        """The sample's context has arrived: fill the fields in and take keys (at mount, if it came first)."""
+        self.automatic, self.current, self.by, self.seen, self.loading = automatic, current, by, seen, False
+        if self.is_mounted:
+            self._show()
+
+    def _show(self) -> None:
+        self.query_one("#label-automatic", Static).update(self._automatic_line())
+        by_line = self.query_one("#label-by", Static)
+        by_line.update(self._by_line())
+        by_line.display = bool(self.by)
+        current = self.current
+        if current is not None and not self.loading:
+            if current.category:
+                self.query_one("#label-category", Select).value = current.category
+            note = self.query_one("#label-note", NoteArea)
+            note.value = inert(current.note)
+            note.move_cursor(note.document.end)  # typing goes on from the end of the note, as in a one-line field
+            self.query_one("#label-fixit", Checkbox).value = current.fixit
+        for field in self.query("#label-category, #label-note, #label-fixit, #label-save"):
+            field.disabled = self.loading
+        if self.loading:
+            self.set_focus(None)  # keys go to the screen, which drops them (on_key)
+        else:
+            self.query_one("#label-note", NoteArea).focus()
+
+    def on_key(self, event: events.Key) -> None:
+        # Keys typed before the current label is in: dropped, so none goes into the note or the view below.
+        if self.loading and event.key != "escape":
+            event.stop()
+            event.prevent_default()
 
     def choice(self) -> LabelChoice:
         value = self.query_one("#label-category", Select).value
+        note = self.query_one("#label-note", NoteArea).value.replace("\r\n", "\n").strip()
         return LabelChoice(
             category=value if isinstance(value, str) else None,
-            note=self.query_one("#label-note", Input).value.strip(),
+            note=note,
             fixit=self.query_one("#label-fixit", Checkbox).value,
         )
 
     def action_save(self) -> None:
         """Save (ctrl+s, the Save button): an unchanged label is not saved again, and an
         empty one only when it clears a label the sample has."""
+        if self.loading:
+            return
         choice = self.choice()
         if choice == self.current:
             self.notify("Label unchanged: nothing saved.")
@@ -102,7 +192,7 @@ class LabelDialog(ModalScreen[LabelChoice | None]):
     def _cancel(self) -> None:
         self.action_cancel()
 
-    @on(Input.Submitted, "#label-note")
+    @on(NoteArea.Submitted, "#label-note")
     def _submitted(self) -> None:
         # A bare Enter in an empty note is a slip, never a label (not even one that clears).
         if self.choice().empty:
