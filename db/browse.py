@@ -6,9 +6,10 @@ returns dataclasses. Every value from the user is a bound parameter; column
 and table names come only from the fixed tables below.
 
 A sample's verdict is the evaluation that speaks for it under the rule of
-db/verdict.py (the most complete judgement of the newest engine version, or
-the newest row where the person asked for it); the other evaluations stay in
-its history. A person's triage is the newest row in `labels`, shown beside
+db/verdict.py (a complete judgement before a partial one, then the newest
+engine version; or the newest row where the person asked for it), and what
+it says (correct per split, its notes) is defined there too; the other
+evaluations stay in its history. A person's triage is the newest row in `labels`, shown beside
 the automatic category, never instead of it.
 
 The explorer reads through `ptxbench.db.reader.StoreReader`; `connect()` is
@@ -17,6 +18,7 @@ for scripts and tests.
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 import threading
@@ -36,10 +38,6 @@ from ptxbench.db.store import StoreError, connect_reader
 __all__ = ["Coverage", "Evaluation", "SampleDetail", "StoreError", "connect", "coverage_of", "fix_partner", "fts_query",
            "sample_detail"]
 
-# Uses what was asked: the SASS verdict where the engine made one (it implies
-# the PTX one), else the PTX verdict.
-USES = "COALESCE(e.uses_sass, e.uses_ptx)"
-SKIPPED = "(e.status LIKE 'skipped:%')"
 
 _local = threading.local()
 
@@ -63,6 +61,32 @@ def shown_join(conn: sqlite3.Connection) -> str:
     return f" LEFT JOIN evaluations e ON e.id = {verdict.shown_for(conn)}"
 
 
+class ChangeWatch:
+    """Whether another connection committed to the store since the last look: PRAGMA data_version
+    on a connection of its own (SQLite answers from the WAL index, without reading the file).
+    Used from one thread at a time; closed from any."""
+
+    def __init__(self, path: str | Path) -> None:
+        self._conn: sqlite3.Connection | None = connect_reader(Path(path), create=False, shared=True)
+        self._seen = self._version()
+
+    def _version(self) -> int:
+        assert self._conn is not None
+        return self._conn.execute("PRAGMA data_version").fetchone()[0]
+
+    def changed(self) -> bool:
+        if self._conn is None:
+            return False
+        now = self._version()
+        moved, self._seen = now != self._seen, now
+        return moved
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
 def close_thread_connections() -> None:
     for conn in _local.__dict__.pop("pool", {}).values():
         conn.close()
@@ -81,7 +105,7 @@ class SampleFilter:
     context_level: str = ""
     category: str = ""
     text: str = ""  # full-text search over code and evidence
-    note: str = ""  # browse_summary.NOTE_*: only verdicts that never ran, or that fail at held-out sizes
+    note: str = ""  # db/verdict.NOTE_NOT_RUN or NOTE_HELDOUT: only verdicts that never ran, or that fail at held-out sizes
     label: str = ""  # the category of a person's latest label
     labelled_only: bool = False
     fixit_only: bool = False
@@ -98,7 +122,7 @@ class SampleFilter:
                 ("arch", self.arch),
                 ("level", self.context_level),
                 ("category", self.category),
-                ("verdict", {"heldout": "held-out ✗", "not_run": "not run"}.get(self.note, self.note)),
+                ("verdict", " · ".join(verdict.NOTE_TEXT.get(w, w) for w in self.note.split())),
                 ("label", self.label),
                 ("search", self.text),
             )
@@ -173,9 +197,10 @@ def _where(flt: SampleFilter, fts: FtsTables) -> tuple[str, list[Any], bool]:
             clauses.append("s.id IN (SELECT sample_id FROM evaluations WHERE category = ?) AND e.category = ?")
             params.extend([flt.category, flt.category])
     if flt.note:
+        # Exactly the verdicts with this note (db/verdict.py), as a triage row counts them.
         needs_eval = True
-        clauses.append("e.status <> 'judged'" if flt.note == "not_run"
-                       else "e.status = 'judged' AND e.correct = 1 AND e.correct_heldout = 0")
+        clauses.append(f"e.id IS NOT NULL AND {verdict.note_sql(older=False)} = ?")
+        params.append(flt.note)
     if flt.label:
         clauses.append(f"s.id IN (SELECT sample_id FROM labels WHERE category = ?) AND ({_LATEST_LABEL_COL.format(col='l.category')}) = ?")
         params.extend([flt.label, flt.label])
@@ -332,6 +357,13 @@ def task(conn: sqlite3.Connection, task_id: str) -> TaskRow | None:
     return next((t for t in tasks(conn) if t.id == task_id), None)
 
 
+def sample_archs(conn: sqlite3.Connection, ids: list[int]) -> list[str]:
+    """The archs of these samples' tasks (what a re-verify needs a GPU of)."""
+    rows = conn.execute("SELECT DISTINCT t.arch FROM samples s JOIN tasks t ON t.id = s.task_id "
+                        "WHERE s.id IN (SELECT value FROM json_each(?)) ORDER BY t.arch", [json.dumps(list(ids))])
+    return [r[0] for r in rows]
+
+
 def expert_sample_id(conn: sqlite3.Connection, task_id: str) -> int | None:
     row = conn.execute(
         """SELECT s.id FROM samples s LEFT JOIN models m ON m.id = s.model_id
@@ -347,7 +379,8 @@ def expert_sample_id(conn: sqlite3.Connection, task_id: str) -> int | None:
 
 @dataclass(frozen=True)
 class ModelBest:
-    """A model's representative sample for a task: correct and fastest, else the latest."""
+    """A model's representative sample for a task: the fastest that passes (correct at every size it
+    ran at, db/verdict.passes_sql), else the fastest correct on the train sizes, else the newest."""
 
     model: str
     sample_id: int
@@ -358,7 +391,10 @@ class ModelBest:
     resources: dict[str, Any]
     ptx_families: list[str]
     sass_families: list[str]
-    correct_rate: float | None
+    correct_rate: float | None  # train sizes: correct / known (never-run samples are not known)
+    correct_heldout_rate: float | None = None  # held-out sizes, the same way
+    note: str = ""  # the representative's verdict note (db/verdict.py)
+    passes: bool = False  # the representative passes: only then is its speed worth comparing
 
 
 def compare(conn: sqlite3.Connection, task_id: str, context_level: str = "") -> list[ModelBest]:
@@ -366,31 +402,31 @@ def compare(conn: sqlite3.Connection, task_id: str, context_level: str = "") -> 
     if context_level:
         level_clause = f" AND {LEVEL} = ?"
         params.append(context_level)
+    passes = verdict.passes_sql()
     sql = f"""
     SELECT COALESCE(m.name, '?') AS model, s.id, e.category, e.speedup, e.time_ms, e.resources,
-           e.ptx_families, e.sass_families, e.correct, e.status
+           e.ptx_families, e.sass_families, {verdict.correct_sql("train")}, {verdict.correct_sql("heldout")},
+           {verdict.note_sql()}, COALESCE({passes}, 0)
     {sample_from(conn)} WHERE s.task_id = ?{level_clause}
-    ORDER BY model, (e.correct = 1) DESC, e.speedup DESC, s.id DESC
+    ORDER BY model, COALESCE({passes}, 0) DESC, (e.status = '{verdict.COMPLETE_STATUS}' AND e.correct = 1) DESC,
+             e.speedup DESC, s.id DESC
     """
     best: dict[str, ModelBest] = {}
     totals: dict[str, list[int]] = {}
-    for model, sid, cat, speed, t_ms, res, pf, sf, correct, status in conn.execute(sql, params):
-        tally = totals.setdefault(model, [0, 0])
-        if status and not str(status).startswith("skipped:"):
-            tally[0] += 1
-            tally[1] += 1 if correct == 1 else 0
+    for model, sid, cat, speed, t_ms, res, pf, sf, correct, correct_ho, note, ok in conn.execute(sql, params):
+        tally = totals.setdefault(model, [0, 0, 0, 0, 0])
+        tally[0] += 1
+        for i, value in ((1, correct), (3, correct_ho)):
+            if value is not None:  # unknown (never run) is left out, as in every rate
+                tally[i] += 1
+                tally[i + 1] += value
         if model not in best:
-            best[model] = ModelBest(model, sid, 0, cat, speed, t_ms, load_json(res, {}), load_json(pf, []), load_json(sf, []), None)
-    out = []
-    for model, mb in best.items():
-        judged, correct = totals[model]
-        count = conn.execute(
-            f"SELECT COUNT(*) FROM samples s LEFT JOIN runs r ON r.id = s.run_id LEFT JOIN models m ON m.id = {MODEL_ID}"
-            f" WHERE s.task_id = ? AND COALESCE(m.name, '?') = ?{level_clause}",
-            [task_id, model, *params[1:]],
-        ).fetchone()[0]
-        out.append(replace(mb, samples=count, correct_rate=(correct / judged) if judged else None))
-    return out
+            best[model] = ModelBest(model, sid, 0, cat, speed, t_ms, load_json(res, {}), load_json(pf, []),
+                                    load_json(sf, []), None, note=note or "", passes=bool(ok))
+    rate = lambda known, true: true / known if known else None
+    return [replace(mb, samples=totals[model][0], correct_rate=rate(*totals[model][1:3]),
+                    correct_heldout_rate=rate(*totals[model][3:5]))
+            for model, mb in best.items()]
 
 
 def schema_version(conn: sqlite3.Connection) -> int:

@@ -16,46 +16,34 @@ import sqlite3
 from dataclasses import dataclass
 
 from ptxbench.db import verdict
-from ptxbench.db.browse import USES, SampleFilter, sample_from, shown_join
-from ptxbench.engine.categories import STAGE_OF, Category
+from ptxbench.db.browse import SampleFilter, sample_from, shown_join
+from ptxbench.engine.categories import Category
 
-NOT_RUN = "(e.status <> 'judged')"
+NOT_RUN = f"(e.status <> '{verdict.COMPLETE_STATUS}')"
 
-
-def _categories_of(stages: tuple[str, ...]) -> str:
-    return ", ".join(f"'{c}'" for c, stage in STAGE_OF.items() if stage in stages)
-
-
-# Per-sample facts, three-valued as in db/metrics.py: a NULL column is "not
-# reached" (false) when the verdict failed at an earlier stage, else unknown
-# (a hardware skip or a static-only judgement), which is left out of a rate.
-_BEFORE_COMPILE = ("extract", "assemble")
-_BEFORE_CORRECT = ("extract", "assemble", "load", "run", "verify")
-COMPILED_TRI = f"CASE WHEN e.compiled IS NOT NULL THEN e.compiled WHEN e.category IN ({_categories_of(_BEFORE_COMPILE)}) THEN 0 END"
-CORRECT_TRI = f"CASE WHEN e.correct IS NOT NULL THEN e.correct WHEN e.category IN ({_categories_of(_BEFORE_CORRECT)}) THEN 0 END"
-# A kernel that did not assemble has no machine code, so it cannot use what was
-# asked in SASS: false, as db/metrics.py counts it (its PTX may still name the families).
-USES_TRI = (
-    f"CASE WHEN e.category IN ({_categories_of(_BEFORE_COMPILE)}) THEN 0 "
-    "WHEN e.uses_ptx = 0 OR e.uses_sass = 0 THEN 0 "
-    f"WHEN {USES} IS NOT NULL THEN {USES} END"
-)
-FAST_1_TRI = (
-    "CASE WHEN e.speedup IS NOT NULL AND e.speedup <= 1.0 THEN 0 "
-    f"WHEN ({CORRECT_TRI}) = 0 OR ({USES_TRI}) = 0 THEN 0 "
-    f"WHEN ({CORRECT_TRI}) IS NULL OR ({USES_TRI}) IS NULL OR e.speedup IS NULL THEN NULL ELSE 1 END"
-)
+# Per-sample facts, three-valued, as db/verdict.py defines them for every view and count: a NULL
+# column is "not reached" (false) when the verdict failed at an earlier stage, else unknown (a
+# hardware skip or a static-only judgement), which is left out of a rate. Correctness and fast₁.₀
+# are per split: a kernel wrong at a held-out size is counted so there, never as correct.
+COMPILED_TRI = verdict.compiled_sql()
+CORRECT_TRI = verdict.correct_sql("train")
+CORRECT_HELDOUT_TRI = verdict.correct_sql("heldout")
+USES_TRI = verdict.uses_sql()
+FAST_1_TRI = verdict.fast_sql("train", 1.0)
+FAST_1_HELDOUT_TRI = verdict.fast_sql("heldout", 1.0)
+_FACTS = (COMPILED_TRI, CORRECT_TRI, USES_TRI, FAST_1_TRI, CORRECT_HELDOUT_TRI, FAST_1_HELDOUT_TRI)
+_TRUE_AND_KNOWN = (1 << 32) + 1
+_KNOWN_MASK = (1 << 32) - 1
 
 
-# What a category alone does not say (ptxbench_tui/verdict.py writes it): the GPU
-# stages never ran (a hardware skip or static-only judging), or the kernel is
-# correct on the train sizes but wrong at the held-out ones.
-NOTE_NOT_RUN = "not_run"
-NOTE_HELDOUT = "heldout"
-VERDICT_NOTE = (
-    f"CASE WHEN e.status <> 'judged' THEN '{NOTE_NOT_RUN}' "
-    f"WHEN e.correct = 1 AND e.correct_heldout = 0 THEN '{NOTE_HELDOUT}' ELSE '' END"
-)
+# What a category alone does not say (ptxbench_tui/verdict.py writes it): db/verdict.py's notes. The
+# cells count by the not-run and held-out notes; that an older engine made a verdict is said where
+# the sample is shown (a probe per sample would cost the summary a quarter of its time).
+NOTE_NOT_RUN = verdict.NOTE_NOT_RUN
+NOTE_HELDOUT = verdict.NOTE_HELDOUT
+NOTE_OLDER = verdict.NOTE_OLDER
+VERDICT_NOTE = verdict.note_sql()
+CELL_NOTE = verdict.note_sql(older=False)
 
 
 @dataclass(frozen=True)
@@ -71,50 +59,65 @@ class Cell:
     correct: tuple[int, int]
     uses: tuple[int, int]
     fast_1: tuple[int, int]
-    best_speedup: float | None
+    best_speedup: float | None  # train sizes, as the two below
     log_speedup_sum: float  # over correct samples with a speedup
     log_speedup_n: int
-    note: str = ""  # VERDICT_NOTE of these samples' latest evaluations
+    note: str = ""  # CELL_NOTE of these samples' speaking evaluations
+    correct_heldout: tuple[int, int] = (0, 0)
+    fast_1_heldout: tuple[int, int] = (0, 0)
+
+    def __post_init__(self) -> None:
+        # Pairs read back from JSON (summary_cache.py) are lists; a cell compares equal either way.
+        for name in ("compiled", "correct", "uses", "fast_1", "correct_heldout", "fast_1_heldout"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
 
 
 def cells(conn: sqlite3.Connection) -> list[Cell]:
     models = dict(conn.execute("SELECT id, name FROM models"))
     runs = {rid: (mid, level) for rid, mid, level in conn.execute("SELECT id, model_id, context_level FROM runs")}
     archs = dict(conn.execute("SELECT id, arch FROM tasks"))
-    facts = ", ".join(f"SUM(({x}) = 1), COUNT({x})" for x in (COMPILED_TRI, CORRECT_TRI, USES_TRI, FAST_1_TRI))
+    n_facts = len(_FACTS)
+    # Each fact read once per sample: true counts in the high 32 bits of the sum, known ones in the low.
+    facts = ", ".join(f"SUM(CASE {x} WHEN 1 THEN {_TRUE_AND_KNOWN} WHEN 0 THEN 1 END)" for x in _FACTS)
     sql = f"""
     SELECT s.model_id, s.run_id, s.task_id, e.category, COUNT(*), SUM({NOT_RUN}), {facts},
            MAX(CASE WHEN e.correct = 1 THEN e.speedup END),
            SUM(CASE WHEN e.correct = 1 AND e.speedup > 0 THEN ln(e.speedup) END),
-           SUM(e.correct = 1 AND e.speedup > 0), {VERDICT_NOTE}
+           SUM(e.correct = 1 AND e.speedup > 0), {CELL_NOTE}
     FROM samples s{shown_join(conn)}
-    GROUP BY s.model_id, s.run_id, s.task_id, e.category, 18
+    GROUP BY s.model_id, s.run_id, s.task_id, e.category, {7 + n_facts + 3}
     """
     merged: dict[tuple, list] = {}
     for row in conn.execute(sql):
         model_id, run_id, task_id, category, n, skipped = row[:6]
-        pairs = [(row[6 + 2 * i] or 0, row[7 + 2 * i] or 0) for i in range(4)]
-        best, logsum, logn, note = row[14], row[15] or 0.0, row[16] or 0, row[17] or ""
+        pairs = [((row[6 + i] or 0) >> 32, (row[6 + i] or 0) & _KNOWN_MASK) for i in range(n_facts)]
+        rest = 6 + n_facts
+        best, logsum, logn, note = row[rest], row[rest + 1] or 0.0, row[rest + 2] or 0, row[rest + 3] or ""
         run_model, level = runs.get(run_id, (None, "none"))
         model = models.get(model_id if model_id is not None else run_model, "?")
         key = (model, task_id, archs.get(task_id, "?"), level or "none", category, note)
         acc = merged.get(key)
         if acc is None:
-            merged[key] = [n, skipped or 0, *pairs, best, logsum, logn]
+            merged[key] = [n, skipped or 0, pairs, best, logsum, logn]
             continue
         acc[0] += n
         acc[1] += skipped or 0
-        for i in range(4):
-            acc[2 + i] = (acc[2 + i][0] + pairs[i][0], acc[2 + i][1] + pairs[i][1])
-        acc[6] = max((x for x in (acc[6], best) if x is not None), default=None)
-        acc[7] += logsum
-        acc[8] += logn
-    return [Cell(*key[:5], *vals, note=key[5]) for key, vals in sorted(merged.items(), key=lambda kv: tuple(str(k) for k in kv[0]))]
+        acc[2] = [(a[0] + b[0], a[1] + b[1]) for a, b in zip(acc[2], pairs)]
+        acc[3] = max((x for x in (acc[3], best) if x is not None), default=None)
+        acc[4] += logsum
+        acc[5] += logn
+    out = []
+    for key, (n, skipped, pairs, best, logsum, logn) in sorted(merged.items(), key=lambda kv: tuple(str(k) for k in kv[0])):
+        compiled, correct, uses, fast_1, correct_heldout, fast_1_heldout = pairs
+        out.append(Cell(*key[:5], n, skipped, compiled, correct, uses, fast_1, best, logsum, logn, note=key[5],
+                        correct_heldout=correct_heldout, fast_1_heldout=fast_1_heldout))
+    return out
 
 
 # Bumped when the cells change meaning (2: the evaluation rule of db/verdict.py;
-# 3: each cell carries its verdict note).
-SUMMARY_VERSION = 3
+# 3: each cell carries its verdict note; 4: a complete judgement before the newest engine,
+# held-out correctness and fast₁.₀).
+SUMMARY_VERSION = 4
 
 
 def fingerprint(conn: sqlite3.Connection) -> list:
@@ -163,11 +166,13 @@ class OverviewRow:
     judged: int  # evaluated, and not a hardware skip
     skipped: int
     compiled: float | None
-    correct: float | None
+    correct: float | None  # train sizes, as fast_1, best and geomean
     uses: float | None
     fast_1: float | None
     best_speedup: float | None
     geomean_speedup: float | None
+    correct_heldout: float | None = None  # held-out sizes
+    fast_1_heldout: float | None = None
 
     def filter(self) -> SampleFilter:
         return SampleFilter(
@@ -181,24 +186,29 @@ def overview(all_cells: list[Cell], flt: OverviewFilter = OverviewFilter(), *, b
         if not flt.keeps(c):
             continue
         key = (c.model, c.task_id, c.arch, c.context_level if by_level else "*")
-        g = groups.setdefault(key, [0, 0, 0, [0, 0], [0, 0], [0, 0], [0, 0], None, 0.0, 0])
+        g = groups.setdefault(key, [0, 0, 0, [[0, 0] for _ in _PAIRS], None, 0.0, 0])
         g[0] += c.samples
         if c.category is not None:
             g[1] += c.samples - c.skipped
         g[2] += c.skipped
-        for i, pair in enumerate((c.compiled, c.correct, c.uses, c.fast_1)):
-            g[3 + i][0] += pair[0]
-            g[3 + i][1] += pair[1]
+        for acc, name in zip(g[3], _PAIRS):
+            pair = getattr(c, name)
+            acc[0] += pair[0]
+            acc[1] += pair[1]
         if c.best_speedup is not None:
-            g[7] = c.best_speedup if g[7] is None else max(g[7], c.best_speedup)
-        g[8] += c.log_speedup_sum
-        g[9] += c.log_speedup_n
+            g[4] = c.best_speedup if g[4] is None else max(g[4], c.best_speedup)
+        g[5] += c.log_speedup_sum
+        g[6] += c.log_speedup_n
     rows = []
-    for key, (n, judged, skipped, comp, corr, uses, fast, best, logsum, logn) in groups.items():
-        rate = lambda pair: pair[0] / pair[1] if pair[1] else None
+    for key, (n, judged, skipped, pairs, best, logsum, logn) in groups.items():
+        comp, corr, uses, fast, corr_ho, fast_ho = (p[0] / p[1] if p[1] else None for p in pairs)
         geo = math.exp(logsum / logn) if logn else None
-        rows.append(OverviewRow(*key, n, judged, skipped, rate(comp), rate(corr), rate(uses), rate(fast), best, geo))
+        rows.append(OverviewRow(*key, n, judged, skipped, comp, corr, uses, fast, best, geo,
+                                correct_heldout=corr_ho, fast_1_heldout=fast_ho))
     return rows
+
+
+_PAIRS = ("compiled", "correct", "uses", "fast_1", "correct_heldout", "fast_1_heldout")
 
 
 @dataclass(frozen=True)

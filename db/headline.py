@@ -33,7 +33,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ptxbench.db.metrics import Tri, _and, _any, _rate, _tri, geometric_mean, pass_at_k, sample_filter, samples_joined
+from ptxbench.db import verdict
+from ptxbench.db.metrics import Tri, _and, _any, _rate, geometric_mean, pass_at_k, sample_filter, samples_joined
 
 HEADLINE_BUDGETS: tuple[int, ...] = (1, 4, 8)
 FAST_P: tuple[float, ...] = (1.0, 1.2)
@@ -138,9 +139,9 @@ def _load(db: Any, *, tasks: Iterable[str] | None, models: Iterable[str] | None,
          executed, speedup, sol, tokens, spent) in rows:
         traj = trajectories.setdefault(root(sid), _Trajectory((model, arch, task, context), run_id))
         traj.turns.append(_Turn(
-            turn=turn, category=category, compiled=_tri(compiled, category, "compiled"),
-            correct=_tri(correct, category, "correct"), correct_heldout=_tri(correct_heldout, category, "correct"),
-            uses_sass=_tri(uses_sass, category, "uses"), executed=_tri(executed, category, "executed"),
+            turn=turn, category=category, compiled=verdict.fact(compiled, category, "compiled"),
+            correct=verdict.fact(correct, category, "correct"), correct_heldout=verdict.fact(correct_heldout, category, "correct"),
+            uses_sass=verdict.fact(uses_sass, category, "uses"), executed=verdict.fact(executed, category, "executed"),
             executed_measured=executed is not None, speedup=speedup if speedup and speedup > 0 else None,
             sol_fraction=sol, tokens=tokens, cost=spent))
     return list(trajectories.values()), run_turns
@@ -181,12 +182,8 @@ def headline(
 
 
 def _fast(t: _Turn, p: float) -> Tri:
-    if t.speedup is not None and t.speedup <= p:
-        return False
-    solved = _and(t.correct, t.uses_sass)
-    if solved is not True:
-        return solved
-    return None if t.speedup is None else True
+    # The headline asks for every family in the SASS, so its "uses" is the SASS verdict alone.
+    return verdict.fast(t.correct, t.uses_sass, t.speedup, p)
 
 
 def _row(group: list[_Trajectory], budget: int, fast_p: Sequence[float], ks: Sequence[int]) -> dict[str, Any]:

@@ -2,16 +2,19 @@
 
 The unit is a *trajectory*: a first-turn sample and the turns that follow it
 (`parent_id` chains). A single-turn sample is a trajectory of one. Each sample
-speaks through the evaluation db/verdict.py picks (its most complete
-judgement of the newest engine version); samples never judged are left out.
+speaks through the evaluation db/verdict.py picks (a complete judgement
+before a partial one, then the newest engine version); samples never judged
+are left out.
 
 Within a turn budget T a trajectory has a property if any of its first T
 turns has it (T = None: all its turns). Its speedup is the best speedup of its
 correct turns within the budget.
 
-Every per-sample fact is three-valued. A NULL column means "not reached" when
-the evaluation's category failed at an earlier stage (then the fact is false:
-a kernel that did not assemble is not correct) and "not measured" otherwise
+Every per-sample fact is three-valued, as db/verdict.py defines it once for
+every view and count (`verdict.fact`, `verdict.uses`, `verdict.fast`). A NULL
+column means "not reached" when the evaluation's category failed at an
+earlier stage (then the fact is false: a kernel that did not assemble is not
+correct) and "not measured" otherwise
 (a `skipped: no sm_100a device` or static-only judgement): unknown, which is
 neither a failure nor a pass. A rate is true / known, and None when nothing
 is known. "Uses what was asked" follows the explorer: the SASS verdict where
@@ -34,26 +37,16 @@ from typing import Any
 import sqlite_utils
 
 from ptxbench.db import verdict
-from ptxbench.engine.categories import STAGE_OF
 
 FAST_P: tuple[float, ...] = (0.0, 1.0, 1.5)
 TURN_BUDGETS: tuple[int, ...] = (1, 4, 8)
 PASS_K: tuple[int, ...] = (1, 5, 10)
 GROUP_KEYS: tuple[str, ...] = ("task", "model", "arch", "context", "split", "turns")
-SPLITS: tuple[str, ...] = ("train", "heldout")
+SPLITS: tuple[str, ...] = verdict.SPLITS
 # Rows that are not model output: the expert solutions and the mutations made from them.
 REFERENCE_KINDS: tuple[str, ...] = ("expert", "mutation")
 
-Tri = bool | None
-
-# A NULL column is "not reached" (false) when the category failed at one of these stages.
-_NOT_REACHED_STAGES: dict[str, frozenset[str]] = {
-    "compiled": frozenset({"extract", "assemble"}),
-    "uses": frozenset({"extract", "assemble"}),
-    "correct": frozenset({"extract", "assemble", "load", "run", "verify"}),
-    "executed": frozenset({"extract", "assemble", "load", "run"}),
-}
-_NO_FAMILIES = frozenset({"required_missing_ptx", "required_missing_sass", "required_not_executed"})
+Tri = verdict.Tri
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -134,21 +127,7 @@ class _Trajectory:
     turns: list[_Turn] = field(default_factory=list)
 
 
-def _tri(value: Any, category: str, column: str) -> Tri:
-    if value is not None:
-        return bool(value)
-    stage = STAGE_OF.get(category)
-    if stage in _NOT_REACHED_STAGES[column]:
-        return False
-    if column == "executed" and category in _NO_FAMILIES:
-        return False
-    return None
-
-
-def _and(*values: Tri) -> Tri:
-    if any(v is False for v in values):
-        return False
-    return None if any(v is None for v in values) else True
+_and = verdict.both
 
 
 def _any(values: Iterable[Tri]) -> Tri:
@@ -162,19 +141,11 @@ def _any(values: Iterable[Tri]) -> Tri:
 
 
 def _uses(t: _Turn) -> Tri:
-    if t.uses_ptx is False or t.uses_sass is False:
-        return False
-    return t.uses_sass if t.uses_sass is not None else t.uses_ptx
+    return verdict.uses(t.uses_ptx, t.uses_sass)
 
 
 def _fast(t: _Turn, split: str, p: float) -> Tri:
-    speed = t.speedup[split]
-    if speed is not None and speed <= p:
-        return False
-    cu = _and(t.correct[split], _uses(t))
-    if cu is not True:
-        return cu
-    return None if speed is None else True
+    return verdict.fast(t.correct[split], _uses(t), t.speedup[split], p)
 
 
 def _rate(values: Sequence[Tri]) -> float | None:
@@ -275,13 +246,13 @@ def _load(
         traj.turns.append(
             _Turn(
                 turn=turn,
-                compiled=_tri(compiled, category, "compiled"),
-                uses_ptx=_tri(uses_ptx, category, "uses"),
-                uses_sass=_tri(uses_sass, category, "uses"),
-                executed=_tri(executed, category, "executed"),
+                compiled=verdict.fact(compiled, category, "compiled"),
+                uses_ptx=verdict.fact(uses_ptx, category, "uses"),
+                uses_sass=verdict.fact(uses_sass, category, "uses"),
+                executed=verdict.fact(executed, category, "executed"),
                 executed_measured=executed is not None,
-                correct={"train": _tri(correct, category, "correct"),
-                         "heldout": _tri(correct_heldout, category, "correct")},
+                correct={"train": verdict.fact(correct, category, "correct"),
+                         "heldout": verdict.fact(correct_heldout, category, "correct")},
                 speedup={"train": speedup if speedup and speedup > 0 else None,
                          "heldout": geometric_mean(heldout.get(eval_id, ()))},
             )

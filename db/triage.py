@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ptxbench.db import browse
+from ptxbench.db import browse, verdict
 from ptxbench.db.browse import _LATEST_LABEL_COL, _SAMPLE_COLUMNS, LEVEL, SampleFilter, SampleRow, sample_from, shown_join
 from ptxbench.db.browse_summary import TRIAGE_DIMENSIONS, VERDICT_NOTE, TriageTable
 
@@ -83,11 +83,15 @@ class Sort:
 class SampleLine(SampleRow):
     """A samples-table row with what triage reads beside it."""
 
-    note: str = ""  # browse_summary.NOTE_*
+    note: str = ""  # the verdict's note: db/verdict.NOTE_* words
     labelled: bool = False  # a person has labelled it (a Fixit mark alone counts)
     snippet: str = ""  # the assembler's first error or the first bad element
     match_line: int | None = None  # 1-based PTX line of the first search match
     match_text: str = ""
+    label_note: str = ""  # what the person wrote with the latest label
+    correct: int | None = None  # train sizes: 1, 0, or None (unknown: never run), db/verdict.py
+    correct_heldout: int | None = None  # held-out sizes, the same way
+    engine_version: str | None = None  # of the evaluation that speaks
 
 
 def _order(sort: Sort) -> tuple[str, str]:
@@ -142,7 +146,9 @@ def sorted_ids(conn: sqlite3.Connection, flt: SampleFilter, sort: Sort, offset: 
 
 _COLUMNS = (f"{_SAMPLE_COLUMNS}, {VERDICT_NOTE}, {_STATIC_EVIDENCE}, {_evidence('$.static.line')}, "
             f"{_FIRST_FAILURE}, {_evidence('$.message')}, CASE WHEN json_valid(e.evidence) THEN NULL ELSE e.evidence END, "
-            "EXISTS (SELECT 1 FROM labels lx WHERE lx.sample_id = s.id)")
+            "EXISTS (SELECT 1 FROM labels lx WHERE lx.sample_id = s.id), "
+            f"COALESCE(({_LATEST_LABEL_COL.format(col='l.note')}), ''), {verdict.correct_sql('train')}, "
+            f"{verdict.correct_sql('heldout')}, e.engine_version")
 
 
 def lines_for(conn: sqlite3.Connection, ids: list[int], search: str = "") -> list[SampleLine]:
@@ -161,7 +167,8 @@ def lines_for(conn: sqlite3.Connection, ids: list[int], search: str = "") -> lis
         line, text = matches.get(sid, (None, ""))
         parts = r[16:20] if r[20] is None else _evidence_parts(r[20])
         out.append(SampleLine(**base.__dict__, note=r[15] or "", labelled=bool(r[21]), snippet=snippet(*parts),
-                              match_line=line, match_text=text))
+                              match_line=line, match_text=text, label_note=r[22], correct=r[23],
+                              correct_heldout=r[24], engine_version=r[25]))
     return out
 
 
@@ -285,8 +292,11 @@ def label_triage(conn: sqlite3.Connection, dimension: str = "model", *, include_
 # --------------------------------------------------------------------------- exports
 
 
-EXPORT_FIELDS = ("id", "task_id", "arch", "model", "context_level", "turn", "sample_index", "category", "note",
-                 "label", "fixit", "speedup", "time_ms", "source", "snippet", "evaluation_id", "status")
+# `verdict` is the category with its notes as the views write it; `verdict_note` the notes' words
+# (db/verdict.NOTE_*); correctness per split (1, 0, empty: unknown); `label_note` what the person wrote.
+EXPORT_FIELDS = ("id", "task_id", "arch", "model", "context_level", "turn", "sample_index", "category", "verdict",
+                 "verdict_note", "correct_train", "correct_heldout", "label", "label_note", "fixit", "speedup",
+                 "time_ms", "source", "snippet", "evaluation_id", "status", "engine_version")
 
 
 def iter_lines(conn: sqlite3.Connection, flt: SampleFilter, sort: Sort, chunk: int = 1000) -> Iterator[SampleLine]:
@@ -298,7 +308,9 @@ def iter_lines(conn: sqlite3.Connection, flt: SampleFilter, sort: Sort, chunk: i
 
 
 def line_dict(line: SampleLine) -> dict[str, Any]:
-    return {name: getattr(line, name) for name in EXPORT_FIELDS}
+    shown = {"verdict": None if line.category is None else verdict.written(line.category, line.note),
+             "verdict_note": line.note, "correct_train": line.correct}
+    return {name: shown[name] if name in shown else getattr(line, name) for name in EXPORT_FIELDS}
 
 
 def sample_codes(conn: sqlite3.Connection, ids: list[int]) -> dict[int, str]:

@@ -38,7 +38,7 @@ _REGISTRY: list[tuple[str, str, str, str, str, str, bool]] = [
     ("app", "app.quit", "q", "quit", "Quit", "Leave the explorer", True),
     # -- tables (drill into the row under the cursor) ---------------------------------
     ("table", "table.open", "enter", "select_cursor", "Open", "Open the row under the cursor", True),
-    ("table", "table.mark", "space", "toggle_mark", "Select", "Add the row to the selection, or take it out (several rows are labelled at once)", True),
+    ("table", "table.mark", "space", "toggle_mark", "Select", "Add the row to the selection, or take it out (several rows are labelled at once); the cursor stays", True),
     # -- overview ------------------------------------------------------------------
     ("overview", "overview.filter", "slash", "filter", "Filter", "Open the filters (model, task, arch, level)", True),
     ("overview", "overview.sort", "o", "sort", "Sort", "Sort by a column (again: the other direction)", True),
@@ -47,7 +47,7 @@ _REGISTRY: list[tuple[str, str, str, str, str, str, bool]] = [
     ("overview", "overview.export", "E", "export", "Export", "Write the table as shown to CSV or JSON", True),
     ("overview", "overview.clear", "c", "clear_filters", "Clear", "Show every model, task, arch and level", True),
     # -- tasks ---------------------------------------------------------------------
-    ("tasks", "tasks.expert", "x", "open_expert", "Expert", "Open the expert solution as a sample", True),
+    ("tasks", "tasks.expert", "k", "open_kernel", "Expert", "Open the expert solution as a sample", True),
     ("tasks", "tasks.prompt", "P", "cycle_prompt", "Prompt level", "Show the prompt at context level none, brief or full", True),
     ("tasks", "tasks.prev_tab", "left_square_bracket", "prev_tab", "Prev tab", "", True),
     ("tasks", "tasks.next_tab", "right_square_bracket", "next_tab", "Next tab", "", True),
@@ -62,6 +62,7 @@ _REGISTRY: list[tuple[str, str, str, str, str, str, bool]] = [
     ("samples", "samples.label", "l", "label", "Label", "Relabel with a note, beside the automatic category (every selected row)", True),
     ("samples", "samples.fixit", "f", "fixit", "Fixit", "Mark or unmark as a Fixit candidate", True),
     ("samples", "samples.unmark", "escape", "clear_marks", "Unselect", "Unselect every selected row", True),
+    ("samples", "samples.back", "escape", "back", "Back", "Back to the view that drilled into these samples", True),
     ("samples", "samples.copy_id", "y", "copy_id", "Copy id", "Copy the sample's id (or the selected ids)", True),
     ("samples", "samples.copy_code", "Y", "copy_code", "Copy kernel", "Copy the sample's PTX", True),
     ("samples", "samples.editor", "e", "editor", "$EDITOR", "Open the kernel in $EDITOR (a read-only copy)", True),
@@ -113,7 +114,8 @@ _REGISTRY: list[tuple[str, str, str, str, str, str, bool]] = [
     ("compare", "compare.editor", "e", "editor", "$EDITOR", "Open the column's kernel in $EDITOR (a read-only copy)", True),
     # -- live ----------------------------------------------------------------------
     ("live", "live.run", "r", "run", "Run", "Start the engine on the queue", True),
-    ("live", "live.cancel", "K", "cancel", "Kill", "Stop the engine (SIGTERM; committed rows stay)", True),
+    ("live", "live.cancel", "x", "cancel", "Cancel", "Stop the engine after the current sample (SIGTERM; committed rows stay)", True),
+    ("live", "live.kill", "K", "kill", "Kill", "Kill the engine now (SIGKILL; the sample being judged is not written)", True),
     ("live", "live.clear", "c", "clear", "Clear", "Empty the queue and the log", True),
     ("live", "live.open", "enter", "open_result", "Open", "Open the sample of the selected result (else the last one)", True),
     # -- plots ---------------------------------------------------------------------

@@ -70,7 +70,6 @@ class CompareLoaded(Message):
     rows: list[browse.ModelBest]
     codes: dict[int, str]
     families: list[str]
-    notes: dict[int, str]  # sample id → verdict note (browse_summary.NOTE_*)
 
 
 @dataclass
@@ -116,6 +115,7 @@ class ShowSamples(Message):
     """Switch to the samples view with this filter."""
 
     filter: browse.SampleFilter
+    origin: str = ""  # the view that drilled (`esc` in the samples returns to it)
 
 
 @dataclass

@@ -120,20 +120,26 @@ def test_a_static_recheck_never_hides_the_gpu_verdict(judged_twice):
     reader.close()
 
 
-def test_a_newer_engine_or_a_newer_complete_judgement_speaks(judged_twice):
+def test_a_complete_judgement_speaks_whatever_the_versions_then_the_newest_engine(judged_twice):
     path, sid, gpu, static = judged_twice
     db = open_store(path)
-    newer_engine = add_evaluation(db, Evaluation(sample_id=sid, engine_version="0.2.0", status="static",
-                                                 category="ok", source="ptxbench eval --static")).id
+    add_evaluation(db, Evaluation(sample_id=sid, engine_version="0.2.0", status="static",
+                                  category="ok", source="ptxbench eval --static"))
     db.conn.close()
     reader = StoreReader(path)
-    assert reader.read(browse.sample_detail, sid).shown.id == newer_engine
+    # A newer engine's static row never outshines the GPU verdict; the views say it is an older engine's.
+    assert reader.read(browse.sample_detail, sid).shown.id == gpu
+    assert reader.read(browse.sample_page, browse.SampleFilter()).rows[0].evaluation_id == gpu
+    assert reader.read(lambda c: c.execute(f"SELECT {verdict.note_sql()} FROM evaluations e WHERE e.id = ?",
+                                           [gpu]).fetchone()[0]) == verdict.NOTE_OLDER
     db = open_store(path)
-    regraded = add_evaluation(db, Evaluation(sample_id=sid, engine_version="0.2.0", status="judged",
+    regraded = add_evaluation(db, Evaluation(sample_id=sid, engine_version="0.10.0", status="judged",
                                              category="wrong_result", source="ptxbench eval")).id
+    # Complete judgements: the newest engine speaks (0.10.0 is newer than 0.9.0), not the newest row.
+    add_evaluation(db, Evaluation(sample_id=sid, engine_version="0.9.0", status="judged", category="ok",
+                                  source="an older checkout"))
     db.conn.close()
     assert reader.read(browse.sample_detail, sid).shown.id == regraded
-    assert verdict.shown_id(newest=True) in verdict.shown_id()  # the newest row is where the rule starts
     reader.close()
 
 

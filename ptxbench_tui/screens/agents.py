@@ -22,11 +22,12 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
-from ptxbench.db import trajectories
+from ptxbench.db import trajectories, triage
 from ptxbench.engine.inert import inert
 from ptxbench.tui import keys
 from ptxbench.tui.messages import ShowDiff, ShowSample, StoreFailed
 from ptxbench.tui.untrusted import markup_value
+from ptxbench.tui.verdict import legend, verdict
 from ptxbench.tui.widgets.common import Table
 from ptxbench.tui.widgets.key_bar import KeyBar
 from ptxbench.tui.widgets.store_banner import StoreBanner
@@ -38,6 +39,7 @@ MAX_TEXT = 6000
 @dataclass
 class EpisodesLoaded(Message):
     rows: list[trajectories.EpisodeRow]
+    notes: dict[int, str]  # kernel's sample id → its verdict note (db/verdict.py)
 
 
 @dataclass
@@ -59,6 +61,7 @@ class AgentEpisodesScreen(Screen):
     def __init__(self) -> None:
         super().__init__()
         self.rows: list[trajectories.EpisodeRow] = []
+        self.notes: dict[int, str] = {}
         self.marked: list[int] = []  # episode ids, in the order selected
 
     def compose(self) -> ComposeResult:
@@ -76,14 +79,19 @@ class AgentEpisodesScreen(Screen):
     @work(thread=True, exclusive=True, group="agents", exit_on_error=False, description="agent episodes")
     def load(self) -> None:
         try:
-            rows = self.app.reader.read(trajectories.episode_rows)  # type: ignore[attr-defined]
+            read = self.app.reader.read  # type: ignore[attr-defined]
+            rows = read(trajectories.episode_rows)
+            kernels = sorted({r.sample_id for r in rows if r.sample_id is not None})
+            # The verdict as every view writes it: a kernel that never ran, or fails at held-out sizes, says so.
+            notes = {line.id: line.note for line in read(triage.lines_for, kernels)}
         except Exception as exc:  # reported, never fatal
             self.post_message(StoreFailed(f"agent episodes: {exc}"))
             return
-        self.post_message(EpisodesLoaded(rows))
+        self.post_message(EpisodesLoaded(rows, notes))
 
     def on_episodes_loaded(self, message: EpisodesLoaded) -> None:
         self.rows = message.rows
+        self.notes = message.notes
         self.redraw()
 
     def redraw(self) -> None:
@@ -93,12 +101,20 @@ class AgentEpisodesScreen(Screen):
             table.add_row(
                 "✓" if r.episode_id in self.marked else "", str(r.episode_id), r.model, r.task_id, r.agent,
                 r.status, str(r.turns), str(r.tool_calls), _num(r.tokens, "{:,}"), _num(r.wall_s), _num(r.gpu_s),
-                _num(r.sample_id, "{}"), r.category or "—", _num(r.speedup, "{:.3f}×"),
+                _num(r.sample_id, "{}"), self.verdict_of(r), _num(r.speedup, "{:.3f}×"),
             )
         chosen = f" · {len(self.marked)} selected (d diffs two)" if self.marked else ""
         head = (f"Agent episodes — {len(self.rows):,} (⏎ replays one, space selects, d diffs two kernels){chosen}"
                 if self.rows else "No agent episodes in this store yet (ptxbench run --agent, ptxbench mcp).")
+        shown = {self.notes.get(r.sample_id, "") for r in self.rows if r.sample_id is not None} - {""}
+        if shown:
+            head += f"\n[dim]{legend(shown)}[/dim]"
         self.query_one("#agents-head", Static).update(head)
+
+    def verdict_of(self, row: trajectories.EpisodeRow) -> str:
+        if row.sample_id is None or row.category is None:
+            return "—"
+        return verdict(row.category, self.notes.get(row.sample_id, ""))
 
     def _current(self) -> trajectories.EpisodeRow | None:
         table = self.query_one(Table)

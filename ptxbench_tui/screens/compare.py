@@ -15,7 +15,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Label, Select, Static
 
-from ptxbench.db import browse, triage
+from ptxbench.db import browse
 from ptxbench.tui import keys
 from ptxbench.tui.marks import ptx_marker
 from ptxbench.tui.messages import CompareLoaded, ShowDiff, ShowSample, StoreFailed
@@ -28,6 +28,7 @@ from ptxbench.tui.untrusted import markup_value, plain
 from ptxbench.tui.widgets.common import Table, num, options_of, pct, speed
 
 MAX_PANES = 3
+_SPEED_METRICS = {"Speedup", "Time (ms)"}
 METRIC_WIDTH = 13
 COLUMN_WIDTH = 24  # every model's column; what does not fit is in the detail line
 
@@ -52,8 +53,9 @@ def _spills(mb: browse.ModelBest) -> float | None:
 METRICS = (
     ("Sample", lambda m: m.sample_id, str, None),
     ("Samples", lambda m: m.samples, str, None),
-    ("Verdict", lambda m: m.category or "—", str, None),  # with its note (redraw adds it)
-    ("Correct rate", lambda m: m.correct_rate, pct, True),
+    ("Verdict", lambda m: verdict(m.category, m.note), str, None),
+    ("Correct", lambda m: m.correct_rate, pct, True),  # train sizes
+    ("Correct h-o", lambda m: m.correct_heldout_rate, pct, True),  # held-out sizes
     ("Speedup", lambda m: m.speedup, speed, True),
     ("Time (ms)", lambda m: m.time_ms, num, False),
     ("Registers", _registers, lambda v: num(v, "{:.0f}"), False),
@@ -76,7 +78,6 @@ class CompareScreen(KernelMoves, ViewScreen):
         self.codes: dict[int, str] = {}
         self.baseline = ""
         self.families: list[str] = []
-        self.notes: dict[int, str] = {}  # sample id → verdict note
         self._scrolling = False  # a pane is moving the others
 
     def compose_body(self) -> ComposeResult:
@@ -126,11 +127,10 @@ class CompareScreen(KernelMoves, ViewScreen):
                 detail = read(browse.sample_detail, r.sample_id)
                 codes[r.sample_id] = detail.ptx if detail else ""
             task = read(browse.task, task_id)
-            notes = {line.id: line.note for line in read(triage.lines_for, [r.sample_id for r in rows])}
         except Exception as exc:
             self.post_message(StoreFailed(f"compare: {exc}"))
             return
-        self.post_message(CompareLoaded(task_id, rows, codes, task.families if task else [], notes))
+        self.post_message(CompareLoaded(task_id, rows, codes, task.families if task else []))
 
     def on_compare_loaded(self, message: CompareLoaded) -> None:
         if message.task_id != self.task_id:
@@ -138,7 +138,6 @@ class CompareScreen(KernelMoves, ViewScreen):
         self.models = message.rows
         self.codes = message.codes
         self.families = message.families
-        self.notes = message.notes
         names = [m.model for m in self.models]
         if self.baseline not in names:
             # Default baseline: the expert solution where there is one.
@@ -164,11 +163,11 @@ class CompareScreen(KernelMoves, ViewScreen):
         for name, get, fmt, higher in METRICS:
             cells: list[Text | str] = [name]
             b = get(base)
-            cells.append(_fit(self._value(name, base, fmt(b)), COLUMN_WIDTH))
+            cells.append(_fit(fmt(b), COLUMN_WIDTH))
             for m in models[1:]:
-                v = get(m)
-                delta = self._delta(v, b, fmt, higher)
-                cells.append(_fit(self._value(name, m, delta) if isinstance(delta, str) else delta, COLUMN_WIDTH))
+                # A speed of a kernel wrong somewhere is no better or worse than another: no colour.
+                judged = higher if name not in _SPEED_METRICS or (m.passes and base.passes) else None
+                cells.append(_fit(self._delta(get(m), b, fmt, judged), COLUMN_WIDTH))
             table.add_row(*cells)
         self.query_one("#compare-status", Static).update(
             f"{markup_value(self.task_id)} · {len(models)} models · baseline [b]★ {markup_value(self.baseline)}[/b] · "
@@ -176,10 +175,6 @@ class CompareScreen(KernelMoves, ViewScreen):
         )
         self._panes(models)
         self._detail()
-
-    def _value(self, metric: str, m: browse.ModelBest, shown: str) -> str:
-        """A verdict says what its category alone does not (held-out failure, never run)."""
-        return verdict(m.category, self.notes.get(m.sample_id, "")) if metric == "Verdict" and m.category else shown
 
     def _detail(self) -> None:
         """The column under the cursor in full: what a fixed-width cell may cut."""
@@ -189,7 +184,9 @@ class CompareScreen(KernelMoves, ViewScreen):
             role = "the baseline" if m.model == self.baseline else f"against ★ {markup_value(self.baseline)}"
             parts = [f"[b]{markup_value(m.model)}[/b] ({role}) · sample {m.sample_id}"]
             for name, get, fmt, _ in METRICS[2:]:
-                parts.append(f"{name}: {markup_value(self._value(name, m, fmt(get(m))))}")
+                parts.append(f"{name}: {markup_value(fmt(get(m)))}")
+            if not m.passes and m.speedup is not None:
+                parts.append("its speed is not compared: it is not correct at every size it ran at")
             text = " · ".join(parts)
         self.query_one("#compare-detail", Static).update(text)
 

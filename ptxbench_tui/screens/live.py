@@ -3,8 +3,10 @@ separate process and following its JSON-lines progress.
 
 The engine (`ptxbench eval … --json-progress`) appends the new evaluations to
 the store itself; this view shows its progress, its log and its results,
-can cancel it (SIGTERM), and reloads the store when it ends. Without a GPU
-the engine runs the static stages only, and this view says so.
+can cancel it (`x`: SIGTERM, it stops after the current sample) or kill it
+(`K`: SIGKILL, now), and reloads the store when it ends. Without a GPU of the
+samples' arch the engine runs the static stages only: this view says so, and
+asks before it starts, since such a run adds a static judgement only.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from textual.containers import Horizontal
 from textual.reactive import reactive
 from textual.widgets import DataTable, ProgressBar, RichLog, Static
 
+from ptxbench.db import browse
 from ptxbench.engine.inert import inert
 from ptxbench.services import progress as ev
 from ptxbench.services.batch_process import BatchProcess, GpuLock, engine_command, gpu_lock_path
@@ -47,6 +50,8 @@ class LiveScreen(ViewScreen):
         self.static_only: bool | None = None
         self.last_exit: EngineExited | None = None
         self.started_at = 0.0
+        self.killed = False  # K ended the engine: its exit is a kill, not a failure
+        self.checking = False  # asking which GPUs are here before a start
 
     def compose_body(self) -> ComposeResult:
         yield Static("Nothing queued. Press r on a sample (or R on a filtered list) to re-verify it here.", id="live-status", classes="status")
@@ -74,7 +79,7 @@ class LiveScreen(ViewScreen):
 
     def _status(self) -> None:
         if self.running:
-            text = f"Running the engine on {len(self.queue)} sample(s)… (x cancels)"
+            text = f"Running the engine on {len(self.queue)} sample(s)… (x cancels after this sample, K kills now)"
         elif self.queue:
             ids = ", ".join(map(str, self.queue[:12])) + (" …" if len(self.queue) > 12 else "")
             text = f"Queued {len(self.queue)} sample(s): {ids}  (r runs)"
@@ -102,10 +107,53 @@ class LiveScreen(ViewScreen):
         if not self.queue:
             self.notify("Nothing queued: press r on a sample in Samples or a sample's view.")
             return
+        if not self.checking:  # a check in flight looks at the queue again when it ends
+            self.checking = True
+            self.check_devices(list(self.queue))
+
+    @work(thread=True, exclusive=True, group="engine-devices", exit_on_error=False, description="GPUs here")
+    def check_devices(self, sample_ids: list[int]) -> None:
+        """Before a start: which of the samples' archs have no GPU here (nvidia-smi; no CUDA library)."""
+        missing: list[str] = []
+        any_gpu = False
+        try:
+            from ptxbench.services.hardware import gpu_archs
+
+            here = set(gpu_archs() or ())
+            any_gpu = bool(here)
+            missing = sorted(set(self.ptx.reader.read(browse.sample_archs, sample_ids)) - here)
+        except Exception:  # the engine reads the store and the devices itself, and says what is wrong
+            pass
+        finally:
+            self.app.call_from_thread(self._devices_known, sample_ids, missing, any_gpu)
+
+    def _devices_known(self, sample_ids: list[int], missing: list[str], any_gpu: bool) -> None:
+        self.checking = False
+        if self.running or not self.queue:
+            return
+        if sample_ids != self.queue:
+            self.action_run()  # queued anew meanwhile: check that queue
+            return
+        if not missing:
+            self._start()
+            return
+        from ptxbench.tui.screens.dialogs import ConfirmDialog
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._start()
+            else:
+                self._log("not started: the queue stays (r runs it)")
+
+        yes = "Add static judgements" if len(sample_ids) > 1 else "Add a static judgement"
+        self.app.push_screen(ConfirmDialog(static_only_question(len(sample_ids), missing, any_gpu), yes=yes), answered)
+
+    def _start(self) -> None:
         self.results = []
         self.errors = []
         self.last_exit = None
         self.static_only = None
+        self.killed = False
         self.done, self.total = 0, len(self.queue)
         self.query_one("#live-results", DataTable).clear()
         self.running = True
@@ -119,6 +167,15 @@ class LiveScreen(ViewScreen):
             return
         if self.process.terminate():
             self._log("[b]cancel[/b]: SIGTERM sent; the engine stops after the current sample (rows already committed stay)")
+
+    def action_kill(self) -> None:
+        process = self.process.proc if self.process is not None else None
+        if process is None or not self.running or process.returncode is not None:
+            self.notify("The engine is not running.")
+            return
+        self.killed = True
+        process.kill()
+        self._log("[b]kill[/b]: SIGKILL sent; the sample being judged is not written (rows already committed stay)")
 
     def action_clear(self) -> None:
         if self.running:
@@ -228,6 +285,15 @@ class LiveScreen(ViewScreen):
         elapsed = time.monotonic() - self.started_at
         if message.returncode is None:
             pass  # could not start or the GPU was busy: already logged
+        elif self.killed:
+            self._log(f"[b]engine killed[/b] after {elapsed:.1f} s; {len(self.results)} new evaluation(s) were committed "
+                      "before it; the sample it was judging was not written")
+            self.notify(f"Engine killed: {len(self.results)} new evaluation(s) kept.")
+        elif message.cancelled and (not message.saw_done or message.returncode != 0):
+            # A cancel that arrived before the engine could stop cleanly (still starting): it ended, as asked.
+            self._log(f"engine cancelled in {elapsed:.1f} s (it ended on SIGTERM, exit code {message.returncode}); "
+                      f"{len(self.results)} new evaluation(s) were committed before it")
+            self.notify(f"Engine cancelled: {len(self.results)} new evaluation(s).")
         elif not message.saw_done or message.returncode != 0:
             # Split at newlines only, after making it inert: a carriage return in it is shown, not obeyed.
             tail = inert(message.stderr_tail).strip().split("\n")[-8:]
@@ -250,3 +316,13 @@ class LiveScreen(ViewScreen):
     def _log(self, text: str) -> None:
         """A line of rich markup: every value in it went through `rich_markup_value`."""
         self.query_one("#live-log", RichLog).write(text)
+
+
+def static_only_question(n: int, missing: list[str], any_gpu: bool) -> str:
+    """What a start on a machine without the samples' GPU will do, asked before it starts."""
+    archs = ", ".join(missing)
+    where = f"No {archs} GPU on this machine" if any_gpu else "No GPU on this machine (nvidia-smi finds none)"
+    what = "this sample" if n == 1 else f"these {n:,} samples"
+    return (f"{where}.\n\nRe-verifying {what} here adds a static judgement only (assemble and inspect): "
+            "nothing is run or timed. It joins the sample's history; a judgement made on the GPU, where there is "
+            "one, stays the one every view shows.")

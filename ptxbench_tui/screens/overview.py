@@ -13,42 +13,81 @@ from ptxbench.db import browse
 from ptxbench.db import browse_summary as summary
 from ptxbench.db import verdict
 from ptxbench.tui import keys
-from ptxbench.tui.messages import MetricsLoaded, ShowSamples, StoreFailed
+from ptxbench.tui.messages import MetricsLoaded, StoreFailed
 from ptxbench.tui.screens.base import ViewScreen
 from ptxbench.tui.screens.moves import KernelMoves
 from ptxbench.tui.untrusted import markup_value
 from ptxbench.tui.widgets.common import FilterBar, FilterPanel, pct, speed
 from ptxbench.tui.widgets.row_table import RowTable
 
-# (title, value of a summary.OverviewRow); the value sorts, the title names it.
+# (title, value of a summary.OverviewRow); the value sorts, the title names it. Correctness and
+# fast₁.₀ are per split, apart: the plain column is the train sizes, `h-o` the held-out sizes.
 COLUMNS: tuple[tuple[str, Any], ...] = (
     ("Model", lambda r: r.model), ("Task", lambda r: r.task_id), ("Arch", lambda r: r.arch),
     ("Level", lambda r: r.context_level), ("Samples", lambda r: r.samples), ("Judged", lambda r: r.judged),
-    ("Compiled", lambda r: r.compiled), ("Correct", lambda r: r.correct), ("Uses req.", lambda r: r.uses),
-    ("fast₁.₀", lambda r: r.fast_1), ("Best", lambda r: r.best_speedup), ("Geomean", lambda r: r.geomean_speedup),
+    ("Compiled", lambda r: r.compiled), ("Correct", lambda r: r.correct), ("Correct h-o", lambda r: r.correct_heldout),
+    ("Uses req.", lambda r: r.uses), ("fast₁.₀", lambda r: r.fast_1), ("fast₁.₀ h-o", lambda r: r.fast_1_heldout),
+    ("Best", lambda r: r.best_speedup), ("Geomean", lambda r: r.geomean_speedup),
 )
-# The same for a db.metrics.MetricsRow (per trajectory).
+
+
+class TrajectoryRow:
+    """A db.metrics.MetricsRow of the train split with its held-out twin beside it."""
+
+    def __init__(self, train: Any, heldout: Any | None) -> None:
+        self.train = train
+        self.heldout = heldout
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.train, name)
+
+    def held(self, get: Any) -> Any:
+        return None if self.heldout is None else get(self.heldout)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = self.train.as_dict()
+        d.pop("split", None)
+        held = self.heldout.as_dict() if self.heldout is not None else {}
+        for key in ("correct_rate", "correct_and_uses_rate", "fast_1", "fast_1.5", "fast_0", "pass@1", "pass@5",
+                    "pass@10", "judged"):
+            if key in d:
+                d[f"{key}_heldout"] = held.get(key)
+        return d
+
+
+def pair_splits(rows: list[Any]) -> list[TrajectoryRow]:
+    """db.metrics rows grouped by split → one row per group, train beside held-out."""
+    key = lambda r: (r.task, r.model, r.arch, r.context, r.turn_budget)
+    held = {key(r): r for r in rows if r.split == "heldout"}
+    return [TrajectoryRow(r, held.get(key(r))) for r in rows if r.split == "train"]
+
+
+# The same for a TrajectoryRow (per trajectory).
 TRAJ_COLUMNS: tuple[tuple[str, Any], ...] = (
     ("Model", lambda r: r.model), ("Task", lambda r: r.task), ("Arch", lambda r: r.arch),
     ("Level", lambda r: r.context), ("Traj.", lambda r: r.trajectories), ("Samples", lambda r: r.samples),
-    ("Compiled", lambda r: r.compile_rate), ("Correct", lambda r: r.correct_rate), ("Uses req.", lambda r: r.uses_rate),
-    ("fast₁.₀", lambda r: r.fast.get(1.0)), ("Best", lambda r: r.best_speedup),
-    ("Geomean", lambda r: r.geomean_speedup), ("pass@1", lambda r: r.pass_at.get(1)),
+    ("Compiled", lambda r: r.compile_rate), ("Correct", lambda r: r.correct_rate),
+    ("Correct h-o", lambda r: r.held(lambda h: h.correct_rate)), ("Uses req.", lambda r: r.uses_rate),
+    ("fast₁.₀", lambda r: r.fast.get(1.0)), ("fast₁.₀ h-o", lambda r: r.held(lambda h: h.fast.get(1.0))),
+    ("Best", lambda r: r.best_speedup), ("Geomean", lambda r: r.geomean_speedup),
+    ("pass@1", lambda r: r.pass_at.get(1)), ("pass@1 h-o", lambda r: r.held(lambda h: h.pass_at.get(1))),
 )
-_RATES = {"Compiled", "Correct", "Uses req.", "fast₁.₀", "pass@1"}
+_RATES = {"Compiled", "Correct", "Correct h-o", "Uses req.", "fast₁.₀", "fast₁.₀ h-o", "pass@1", "pass@1 h-o"}
 _SPEEDS = {"Best", "Geomean"}
-KEEP = ("Model", "Task", "Correct", "fast₁.₀", "Best", "Geomean")
-FOLD_FIRST = ("Arch", "Judged", "Traj.", "Samples", "Compiled", "Uses req.", "pass@1", "Level")
+KEEP = ("Model", "Task", "Correct", "Correct h-o", "fast₁.₀", "fast₁.₀ h-o")
+FOLD_FIRST = ("Arch", "Judged", "Traj.", "Samples", "Compiled", "Uses req.", "pass@1 h-o", "pass@1", "Level", "Geomean",
+              "Best")
 
 # What each rate counts: the footnote under the table.
 PER_SAMPLE_NOTE = (
-    "Rates per sample, unknowns (not run) left out · Correct: train sizes · Uses req.: every requested family in the "
-    "SASS (not assembled: no) · fast₁.₀: correct, uses, > 1× · Best, Geomean: correct samples · Judged: GPU stages ran "
-    "or it failed before them"
+    "Rates per sample, unknowns (not run) left out · Correct, fast₁.₀, Best, Geomean: train sizes; h-o: held-out · "
+    "Uses req.: every requested family in SASS (not assembled: no) · fast₁.₀: correct, uses, > 1× (h-o: geomean of "
+    "its sizes) · Judged: GPU stages ran or it failed before them"
 )
 PER_TRAJECTORY_NOTE = (
-    "Rates per trajectory (a first turn and its follow-ups; a fact holds if any turn has it), train split · Traj.: "
-    "trajectories, Samples: their judged turns · Uses req., fast₁.₀ as per sample · pass@1: correct and uses"
+    "Rates per trajectory (a first turn and its follow-ups; a fact holds if any turn has it) · plain: train sizes, "
+    "h-o: held-out sizes · Traj.: trajectories, Samples: their judged turns · Uses req., fast₁.₀ as per sample · "
+    "pass@1: correct and uses"
 )
 
 
@@ -182,7 +221,7 @@ class OverviewScreen(KernelMoves, ViewScreen):
             flt = browse.SampleFilter(task_id=row.task or "", model=row.model or "", context_level=row.context or "")
         else:
             flt = row.filter()
-        self.post_message(ShowSamples(flt))
+        self.show_samples(flt)
 
     def on_row_table_header_clicked(self, event: RowTable.HeaderClicked) -> None:
         self.set_sort(event.column)
@@ -229,8 +268,9 @@ class OverviewScreen(KernelMoves, ViewScreen):
         from ptxbench.db.metrics import compute_metrics
 
         try:
-            rows = self.ptx.reader.read(compute_metrics, group_by=("task", "model", "arch", "context"), include_reference=True)
+            rows = self.ptx.reader.read(compute_metrics, group_by=("task", "model", "arch", "context", "split"),
+                                        include_reference=True)
         except Exception as exc:  # a failed read is shown, never fatal
             self.post_message(StoreFailed(f"metrics: {exc}"))
             return
-        self.post_message(MetricsLoaded(rows))
+        self.post_message(MetricsLoaded(pair_splits(rows)))

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
 from textual import on
-from textual.app import ComposeResult
+from textual.app import App, ComposeResult
 from textual.containers import Vertical
 from textual.content import Content
 from textual.screen import ModalScreen
@@ -15,7 +17,7 @@ from textual.widgets.option_list import Option
 
 from ptxbench.engine.inert import inert
 from ptxbench.tui import keys
-from ptxbench.tui.kernel_files import FORMATS, default_export_path
+from ptxbench.tui.kernel_files import FORMATS
 from ptxbench.tui.widgets.key_bar import KeyBar
 
 
@@ -61,6 +63,25 @@ class ExportChoice:
     fmt: str
 
 
+EXPORT_DIR_ENV = "PTXBENCH_EXPORT_DIR"
+# The folder each explorer last exported to: the next export offers it again.
+_chosen_folder: weakref.WeakKeyDictionary[App, Path] = weakref.WeakKeyDictionary()
+
+
+def export_folder(app: App | None = None) -> Path:
+    """Where an export goes unless the person types another path: the folder they chose last in this
+    explorer, else $PTXBENCH_EXPORT_DIR, else `ptxbench-exports` in their documents folder (never the
+    folder the explorer was started in, which is often a repository)."""
+    if app is not None and app in _chosen_folder:
+        return _chosen_folder[app]
+    env = os.environ.get(EXPORT_DIR_ENV, "").strip()
+    if env:
+        return Path(env).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_documents_dir()) / "ptxbench-exports"
+
+
 class ExportDialog(ModalScreen[ExportChoice | None]):
     """Where to write a table, and as CSV or JSON. `describe` is plain text (it names filters
     whose values come from the store)."""
@@ -78,8 +99,12 @@ class ExportDialog(ModalScreen[ExportChoice | None]):
             with RadioSet(id="export-format"):
                 for i, fmt in enumerate(FORMATS):
                     yield RadioButton(fmt.upper(), value=i == 0, id=f"export-{fmt}")
-            yield Input(str(default_export_path(self.what, FORMATS[0])), id="export-path")
-            yield Static("⏎ or ctrl+s writes the file · esc cancels", classes="dim")
+            folder = export_folder(self.app)
+            yield Input(str(folder / f"ptxbench-{self.what}.{FORMATS[0]}"), id="export-path")
+            yield Static(Content.from_markup("into [b]$folder[/b] (type another path to choose another folder; "
+                                             "the next export offers the folder you chose) · ⏎ or ctrl+s writes the "
+                                             "file · esc cancels", folder=inert(str(folder))),
+                         id="export-folder", classes="dim")
         yield KeyBar()
 
     def on_mount(self) -> None:
@@ -100,7 +125,11 @@ class ExportDialog(ModalScreen[ExportChoice | None]):
     def action_save(self) -> None:
         text = self.query_one(Input).value.strip()
         if text:
-            self.dismiss(ExportChoice(Path(text).expanduser(), self.fmt()))
+            path = Path(text).expanduser()
+            if not path.is_absolute():
+                path = export_folder(self.app) / path  # a bare name goes into the folder offered
+            _chosen_folder[self.app] = path.parent
+            self.dismiss(ExportChoice(path, self.fmt()))
 
     @on(Input.Submitted)
     def _submitted(self) -> None:

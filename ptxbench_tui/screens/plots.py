@@ -164,7 +164,7 @@ class PlotsScreen(ViewScreen):
             entries.append(("│", colours[-1], "the library (1.0×)"))
             plot.set_xlabel("speedup over the library (×, log bins)")
             plot.set_ylabel("share")
-        self._legend("plot-speedup", "Share of each model's correct samples by speedup", entries)
+        self._legend("plot-speedup", "Share of each model's samples correct on the train sizes, by speedup", entries)
 
     def _levels(self, data: summary.PlotData, colours: list[str]) -> None:
         """Compiled, correct and fast₁.₀ per model and context level: bars side by side, never lines,
@@ -191,7 +191,7 @@ class PlotsScreen(ViewScreen):
             plot.set_xlimits(0.4, len(labels) + 0.6)
             plot.set_ylimits(0, 1.05)
             plot.set_ylabel("rate")
-        self._legend("plot-levels", "Rates per sample by model and context level", entries)
+        self._legend("plot-levels", "Rates per sample by model and context level (train sizes; held-out: next plot)", entries)
 
     def _split(self, data: summary.PlotData, colours: list[str]) -> None:
         """Share of measured sizes judged ok, train beside held-out, per model."""
@@ -209,7 +209,7 @@ class PlotsScreen(ViewScreen):
             plot.bar(labels, values, bar_style=styles)
             plot.set_ylimits(0, 1.05)
             plot.set_ylabel("share")
-        self._legend("plot-split", "Share of measured sizes judged ok (each size of each sample's latest evaluation)",
+        self._legend("plot-split", "Share of measured sizes judged ok (each size of the evaluation that speaks for each sample)",
                      [("██", colours[0], "train sizes"), ("██", colours[1 % len(colours)], "held-out sizes")])
 
     def _headline(self, colours: list[str]) -> None:

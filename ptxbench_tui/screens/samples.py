@@ -4,6 +4,7 @@ The triage moves live here: sort by any column (`o`, or a click on its title),
 the assembler's first error or the first bad element beside each verdict, `n`
 and `p` to the next and previous failure no person has labelled, several rows
 selected (space) and labelled at once, the filtered table exported whole.
+After a drill from another view (Overview, Tasks, Triage) `esc` goes back to it.
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ from ptxbench.db import browse, triage
 from ptxbench.engine.categories import Category
 from ptxbench.tui import keys
 from ptxbench.tui.messages import CountLoaded, PageLoaded, Reverify, ShowDiff, ShowSample, StoreFailed
-from ptxbench.tui.screens.base import ViewScreen
+from ptxbench.tui.screens.base import ViewScreen, take_drill_origin
 from ptxbench.tui.screens.moves import KernelMoves
 from ptxbench.tui.untrusted import markup_value
-from ptxbench.tui.verdict import LEGEND, verdict
+from ptxbench.tui.verdict import NOTE_HELDOUT, legend, verdict
 from ptxbench.tui.widgets.common import FilterBar, FilterPanel, num, speed
 from ptxbench.tui.kernel_files import write_table
 from ptxbench.tui.widgets.row_table import RowTable
@@ -39,8 +40,17 @@ FILTERS = [("model", "Model"), ("task_id", "Task"), ("arch", "Arch"), ("context_
 
 def needs_a_look(row: triage.SampleLine) -> bool:
     """An unlabelled failure (triage.UNLABELLED_FAILURE, for a row already read)."""
-    failed = row.category is not None and (row.category != Category.OK or row.note == "heldout")
+    failed = row.category is not None and (row.category != Category.OK or NOTE_HELDOUT in row.note.split())
     return failed and not row.labelled
+
+
+class SampleRows(RowTable):
+    """The samples table: space selects the row under the cursor and leaves the cursor on it."""
+
+    def action_toggle_mark(self) -> None:
+        row = self.cursor_row
+        super().action_toggle_mark()
+        self.move_cursor(row=row)
 
 
 class SamplesScreen(KernelMoves, ViewScreen):
@@ -65,19 +75,26 @@ class SamplesScreen(KernelMoves, ViewScreen):
         # Every filtered id in the sorted column's order, read once after a sort's first page:
         # paging and the other direction then slice it instead of sorting again.
         self.order: tuple[tuple, triage.Order] | None = None
+        self.back_to: str | None = None  # the view that drilled into this table (`esc` returns)
 
     def compose_body(self) -> ComposeResult:
         with FilterPanel(id="samples-bar"):
             yield Input(placeholder="search code, evidence, logs (full text)", id="samples-search")
             yield FilterBar(FILTERS, id="samples-filters")
         yield Static("", id="samples-status", classes="status")
-        yield RowTable(id="samples-table", selectable=True)
+        yield SampleRows(id="samples-table", selectable=True)
         yield Static("", id="samples-legend", classes="legend")
 
     def on_mount(self) -> None:
         super().on_mount()
         self._columns()
         self.load()
+        self.app.mode_change_signal.subscribe(self, self._mode_changed)
+
+    def _mode_changed(self, mode: str) -> None:
+        if mode != self.MODE:
+            self.back_to = None  # left this view: a later visit is not the drill's
+            self.refresh_bindings()
 
     def _columns(self) -> None:
         labels = list(COLUMNS)
@@ -151,9 +168,9 @@ class SamplesScreen(KernelMoves, ViewScreen):
         table.set_marks({i for i, r in enumerate(self.rows) if r.id in self.marked})
         self.last_latency_ms = (time.perf_counter() - self.requested_at) * 1000
         self._status()
-        notes = any(r.note for r in self.rows)
-        self.query_one("#samples-legend", Static).update(LEGEND if notes else "")
-        self.query_one("#samples-legend", Static).display = notes
+        notes = {r.note for r in self.rows if r.note}
+        self.query_one("#samples-legend", Static).update(legend(notes) if notes else "")
+        self.query_one("#samples-legend", Static).display = bool(notes)
         if self._cursor_to is not None and cursor is not None and self._open_after:
             self._open(self.rows[cursor])
         self._cursor_to, self._open_after = None, False
@@ -183,6 +200,11 @@ class SamplesScreen(KernelMoves, ViewScreen):
     # -- filters and sort ------------------------------------------------------------
     def apply_filter(self, flt: browse.SampleFilter) -> None:
         """Show exactly this filter (a drill from another view)."""
+        self.back_to = take_drill_origin(self.app)
+        self.refresh_bindings()
+        self._show(flt)
+
+    def _show(self, flt: browse.SampleFilter) -> None:
         self.filter = flt
         self.query_one(FilterBar).set_values(
             {"model": flt.model, "task_id": flt.task_id, "arch": flt.arch, "context_level": flt.context_level, "category": flt.category}
@@ -241,8 +263,11 @@ class SamplesScreen(KernelMoves, ViewScreen):
         return [sid] if sid is not None else []
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # esc unselects while rows are selected, else goes back to the view that drilled here.
         if action == "clear_marks" and not self.marked:
-            return False  # hidden: esc offers nothing until rows are selected
+            return False
+        if action == "back" and (self.marked or not self.back_to):
+            return False
         return True
 
     # -- actions ---------------------------------------------------------------------
@@ -316,7 +341,11 @@ class SamplesScreen(KernelMoves, ViewScreen):
 
     def action_clear_filters(self) -> None:
         self.sort = triage.Sort()
-        self.apply_filter(browse.SampleFilter())
+        self._show(browse.SampleFilter())
+
+    def action_back(self) -> None:
+        if self.back_to:
+            self.app.switch_mode(self.back_to)
 
     def action_clear_marks(self) -> None:
         self.marked = set()

@@ -16,7 +16,7 @@ from ptxbench.db import browse
 from ptxbench.db import browse_summary as summary
 from ptxbench.tui import keys
 from ptxbench.tui.marks import ptx_marker
-from ptxbench.tui.messages import ShowSample, ShowSamples, StoreFailed, TaskDetailLoaded, TasksLoaded
+from ptxbench.tui.messages import ShowSample, StoreFailed, TaskDetailLoaded, TasksLoaded
 from ptxbench.tui.screens.base import ViewScreen
 from ptxbench.tui.screens.overview import PER_SAMPLE_NOTE
 from ptxbench.tui.untrusted import markup_value
@@ -176,17 +176,19 @@ class TasksScreen(ViewScreen):
         )
         results = self.query_one("#task-results-table", DataTable)
         results.clear(columns=True)
-        results.add_columns("Model", "Level", "Samples", "Compiled", "Correct", "Uses req.", "fast₁.₀", "Best", "Geomean")
+        results.add_columns("Model", "Level", "Samples", "Compiled", "Correct", "Correct h-o", "Uses req.", "fast₁.₀",
+                            "fast₁.₀ h-o", "Best", "Geomean")
         for r in summary.overview(self.ptx.cells or [], summary.OverviewFilter(task_id=message.task.id)):
-            results.add_row(r.model, r.context_level, str(r.samples), pct(r.compiled), pct(r.correct), pct(r.uses),
-                            pct(r.fast_1), speed(r.best_speedup), speed(r.geomean_speedup))
+            results.add_row(r.model, r.context_level, str(r.samples), pct(r.compiled), pct(r.correct),
+                            pct(r.correct_heldout), pct(r.uses), pct(r.fast_1), pct(r.fast_1_heldout),
+                            speed(r.best_speedup), speed(r.geomean_speedup))
 
     # -- actions ---------------------------------------------------------------------
     def action_task_samples(self) -> None:
         if self.current is not None:
-            self.post_message(ShowSamples(browse.SampleFilter(task_id=self.current.id)))
+            self.show_samples(browse.SampleFilter(task_id=self.current.id))
 
-    def action_open_expert(self) -> None:
+    def action_open_kernel(self) -> None:
         if self.expert_sample is None:
             self.notify("No expert sample of this task in the store.")
             return

@@ -17,11 +17,11 @@ from ptxbench.db import browse_summary as summary
 from ptxbench.db import verdict as evaluation_rule  # which evaluation speaks (db/verdict.py)
 from ptxbench.engine.categories import DESCRIPTIONS, STAGE_OF
 from ptxbench.tui import keys
-from ptxbench.tui.messages import ShowSamples, StoreFailed
+from ptxbench.tui.messages import StoreFailed
 from ptxbench.tui.screens.base import ViewScreen
 from ptxbench.tui.screens.moves import KernelMoves
 from ptxbench.tui.untrusted import markup_value
-from ptxbench.tui.verdict import LEGEND, NOTE_TEXT, verdict
+from ptxbench.tui.verdict import NOTE_HELDOUT, NOTE_NOT_RUN, NOTE_TEXT, legend, verdict
 from ptxbench.tui.widgets.common import Table
 
 FIXED_COLUMNS = ("Verdict", "Stage", "Total")
@@ -45,7 +45,7 @@ class TriageScreen(KernelMoves, ViewScreen):
         yield Static("", id="triage-status", classes="status")
         yield Table(id="triage-table", cursor_type="cell")
         yield Static("", id="triage-help", classes="status")
-        yield Static(LEGEND, id="triage-legend", classes="legend")
+        yield Static("", id="triage-legend", classes="legend")
 
     def on_mount(self) -> None:
         super().on_mount()
@@ -76,8 +76,7 @@ class TriageScreen(KernelMoves, ViewScreen):
         table.add_columns(*(LABEL_COLUMNS if self.by_label else FIXED_COLUMNS), *data.columns)
         for category, note, total, counts in data.rows:
             name = category if self.by_label else verdict(category, note)
-            stage = "—" if self.by_label else {"not_run": "static only", "heldout": "verify (held-out)"}.get(
-                note, STAGE_OF.get(category, "—"))
+            stage = "—" if self.by_label else _stage(category, note)
             table.add_row(name, stage, str(total), *[str(n) if n else "·" for n in counts])
         n = sum(total for _, _, total, _ in data.rows)
         if self.by_label:
@@ -88,8 +87,9 @@ class TriageScreen(KernelMoves, ViewScreen):
             f"{n:,} {what} by [b]{self.dimension}[/b] · per sample ({evaluation_rule.describe(self.ptx.reader.newest_evaluation)}; "
             "static verdicts included where the GPU stages did not run) · L: " + ("automatic verdicts" if self.by_label else "by label")
         )
-        notes = not self.by_label and any(note for _, note, _, _ in data.rows)
-        self.query_one("#triage-legend", Static).display = notes
+        notes = set() if self.by_label else {note for _, note, _, _ in data.rows if note}
+        self.query_one("#triage-legend", Static).update(legend(notes) if notes else "")
+        self.query_one("#triage-legend", Static).display = bool(notes)
         self._describe()
 
     def _describe(self) -> None:
@@ -103,7 +103,7 @@ class TriageScreen(KernelMoves, ViewScreen):
                 text = (f"[b]{shown}[/b]: failures with no label yet (n and p in Samples step through them)"
                         if category == triage.UNLABELLED else f"labelled [b]{shown}[/b]: {DESCRIPTIONS.get(category, '')}")
             else:
-                extra = f" — [b]{NOTE_TEXT[note]}[/b]" if note else ""
+                extra = "".join(f" — [b]{NOTE_TEXT.get(w, markup_value(w))}[/b]" for w in note.split())
                 text = f"[b]{shown}[/b]: {DESCRIPTIONS.get(category, 'passes')}{extra}"
         self.query_one("#triage-help", Static).update(text)
 
@@ -128,7 +128,7 @@ class TriageScreen(KernelMoves, ViewScreen):
         value_index = column - len(FIXED_COLUMNS)
         if 0 <= value_index < len(data.columns):
             flt = flt.with_(**{FILTER_FIELD[self.dimension]: data.columns[value_index]})
-        self.post_message(ShowSamples(flt))
+        self.show_samples(flt)
 
     # -- actions ---------------------------------------------------------------------
     def action_cycle_dimension(self) -> None:
@@ -145,14 +145,25 @@ class TriageScreen(KernelMoves, ViewScreen):
         self.refresh_data()
 
     def action_fixit_list(self) -> None:
-        self.post_message(ShowSamples(browse.SampleFilter(fixit_only=True)))
+        self.show_samples(browse.SampleFilter(fixit_only=True))
 
     def action_export(self) -> None:
         data = self.table_data
         if data is None:
             return
         first = "label" if self.by_label else "category"
-        columns = [first, "note", "total", *data.columns]
-        rows = [dict(zip(columns, [c, NOTE_TEXT.get(n, ""), t, *counts])) for c, n, t, counts in data.rows]
+        columns = [first, "verdict", "verdict_note", "total", *data.columns]
+        rows = [dict(zip(columns, [c, c if self.by_label else verdict(c, n), n, t, *counts]))
+                for c, n, t, counts in data.rows]
         self.export_rows(f"triage-{'labels' if self.by_label else 'verdicts'}-by-{self.dimension}",
                          f"the triage counts by {self.dimension} ({len(rows)} rows)", columns, rows)
+
+
+def _stage(category: str, note: str) -> str:
+    """Where a triage row's verdict was reached: a note says more than the category's stage."""
+    words = note.split()
+    if NOTE_NOT_RUN in words:
+        return "static only"
+    if NOTE_HELDOUT in words:
+        return "verify (held-out)"
+    return STAGE_OF.get(category, "—")

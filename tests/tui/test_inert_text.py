@@ -267,6 +267,8 @@ async def walk_every_view(pilot, recorded: list[str], ids: dict[str, int]) -> Wa
 
     app.post_message(Reverify([ids["hostile"]]))
     await settle(pilot)
+    await pilot.press("enter")  # no GPU here: yes to a static judgement
+    await settle(pilot)
     live = app.screen
     assert isinstance(live, LiveScreen) and live.last_exit is not None
     await walk.look("live")

@@ -26,6 +26,17 @@ def evaluations(store, sample_id):
         conn.close()
 
 
+async def confirm_static_only(pilot, *, wait: bool = True) -> None:
+    """No GPU here: a start asks first, saying it adds a static judgement only; yes (and, with
+    `wait`, wait for the engine to end)."""
+    await settle(pilot)
+    dialog = pilot.app.screen
+    assert type(dialog).__name__ == "ConfirmDialog" and "adds a static judgement only" in dialog.question
+    await pilot.press("enter")
+    if wait:
+        await settle(pilot)
+
+
 def integrity(store) -> str:
     conn = sqlite3.connect(store)
     try:
@@ -40,7 +51,7 @@ async def test_reverify_runs_the_engine_and_shows_the_new_evaluation(app_for, st
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         app.post_message(Reverify([ids.syntax_sample]))
-        await settle(pilot)
+        await confirm_static_only(pilot)
         live = app.screen
         assert isinstance(live, LiveScreen)
         assert live.last_exit is not None and live.last_exit.returncode == 0 and live.last_exit.saw_done
@@ -51,12 +62,12 @@ async def test_reverify_runs_the_engine_and_shows_the_new_evaluation(app_for, st
         after = evaluations(store, ids.syntax_sample)
         assert after[: len(before)] == before and len(after) == len(before) + 1  # appended, nothing rewritten
         assert after[-1][0] == live.results[0].evaluation_id and after[-1][2] == "skipped: no sm_90a device"
-        # Shown when done: the sample's newest evaluation is the new one.
+        # Shown when done: the new row is in the history, and the complete judgement still speaks.
         await pilot.press("enter")  # the result table: open its sample
         await settle(pilot)
         sample = app.screen
-        assert isinstance(sample, SampleScreen) and sample.detail.latest.id == after[-1][0]
-        assert sample.detail.evaluations[1].category == "syntax"  # the old verdict stays in the history
+        assert isinstance(sample, SampleScreen) and sample.detail.latest.id == before[-1][0]
+        assert [e.id for e in sample.detail.evaluations][0] == after[-1][0]
 
 
 async def test_reverify_from_a_sample_and_a_filtered_set(app_for, store, ids):
@@ -78,7 +89,7 @@ async def test_reverify_from_a_sample_and_a_filtered_set(app_for, store, ids):
         await pilot.press("R")
         await settle(pilot)
         await pilot.press("enter")  # on "Start 2"
-        await settle(pilot)
+        await confirm_static_only(pilot)
         live = app.screen
         assert isinstance(live, LiveScreen)
         assert sorted(r.sample_id for r in live.results) == [7, 8]
@@ -92,7 +103,7 @@ async def test_engine_dying_mid_run_shows_an_error_and_keeps_the_store(app_for, 
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         app.post_message(Reverify([ids.expert_vecadd]))
-        await settle(pilot)
+        await confirm_static_only(pilot)
         live = app.screen
         assert live.last_exit.returncode == 3 and not live.last_exit.saw_done
         assert "dying on purpose" in live.last_exit.stderr_tail
@@ -103,20 +114,21 @@ async def test_engine_dying_mid_run_shows_an_error_and_keeps_the_store(app_for, 
     assert integrity(store) == "ok"
 
 
-async def test_cancel_sends_sigterm_and_the_engine_stops_cleanly(app_for, store, ids):
+async def test_x_cancels_with_sigterm_and_the_engine_stops_cleanly(app_for, store, ids):
     app = app_for("--wait-for-term")
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         await pilot.press("6")
         live = app.screen
         live.enqueue([ids.expert_vecadd], start=True)
+        await confirm_static_only(pilot, wait=False)
         # Wait (on state, bounded) until the engine has announced its first sample.
         for _ in range(500):
             await pilot.pause()
             if "sample" in str(live.query_one("#live-stage").render()):
                 break
         assert live.running
-        await pilot.press("K")
+        await pilot.press("x")
         await settle(pilot)
         assert live.last_exit.cancelled and live.last_exit.saw_done and live.last_exit.returncode == 0
         assert not live.running
@@ -128,7 +140,7 @@ async def test_garbage_lines_are_logged_not_fatal(app_for, ids):
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         app.post_message(Reverify([ids.expert_vecadd]))
-        await settle(pilot)
+        await confirm_static_only(pilot)
         live = app.screen
         log = "\n".join(str(line) for line in live.query_one("#live-log").lines)
         assert "engine printed: this is not an event" in log and live.last_exit.saw_done
@@ -142,7 +154,7 @@ async def test_one_engine_per_gpu(app_for, tmp_path, ids):
         async with app.run_test(size=SIZE) as pilot:
             await settle(pilot)
             app.post_message(Reverify([ids.expert_vecadd]))
-            await settle(pilot)
+            await confirm_static_only(pilot)
             live = app.screen
             log = "\n".join(str(line) for line in live.query_one("#live-log").lines)
             assert "another engine holds this GPU" in log and live.results == []
@@ -157,7 +169,7 @@ async def test_a_missing_engine_is_reported(store, tmp_path, ids):
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         app.post_message(Reverify([ids.expert_vecadd]))
-        await settle(pilot)
+        await confirm_static_only(pilot)
         log = "\n".join(str(line) for line in app.screen.query_one("#live-log").lines)
         assert "cannot start the engine" in log and not app.screen.running
 
@@ -171,7 +183,7 @@ async def test_the_real_engine_judges_a_sample_statically(store, tmp_path, ids):
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         app.post_message(Reverify([ids.syntax_sample]))
-        await settle(pilot)
+        await confirm_static_only(pilot)
         live = app.screen
         assert live.last_exit.returncode == 0 and live.last_exit.saw_done, live.last_exit
         assert [(r.sample_id, r.category) for r in live.results] == [(ids.syntax_sample, "syntax")]

@@ -339,7 +339,7 @@ async def test_export_the_filtered_sorted_table(app_on, tmp_path, fmt):
         assert [int(r["id"]) for r in rows] == expected and {r["task_id"] for r in rows} == {"gemm_bf16_sm90a"}
     else:
         rows = json.loads(out.read_text())
-        assert [r["id"] for r in rows] == expected and "snippet" in rows[0] and "note" in rows[0]
+        assert [r["id"] for r in rows] == expected and "snippet" in rows[0] and "label_note" in rows[0]
 
 
 @pytest.mark.parametrize("target", ["store", "link", "wal"])

@@ -92,7 +92,7 @@ async def test_tasks_detail_expert_and_samples(app_for, ids):
         assert {r[0] for r in rows_of(results)} == {"expert", "fixture-model-a", "fixture-model-b"}
         await pilot.press("right_square_bracket")
         assert screen.query_one("#task-tabs").active == "task-expert"
-        await pilot.press("x")
+        await pilot.press("k")  # the expert's kernel as a sample (k: open a kernel, as in an agent episode)
         await settle(pilot)
         assert isinstance(app.screen, SampleScreen) and app.screen.sample_id == ids.wgmma_ok
         await pilot.press("escape")
@@ -412,6 +412,9 @@ async def test_the_remaining_actions(app_for, store, ids):
         assert diff.options.registers and not diff.options.whitespace and diff.options.context == 1
         await pilot.press("escape")
         await pilot.press("r")
+        await settle(pilot)
+        assert "adds a static judgement only" in app.screen.question  # no GPU here: it says so first
+        await pilot.press("enter")
         await settle(pilot)
         live = app.screen
         assert isinstance(live, LiveScreen) and [r.sample_id for r in live.results] == [ids.wgmma_missing]
