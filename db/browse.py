@@ -30,7 +30,7 @@ from ptxbench.db import verdict
 from ptxbench.db.browse_sample import (
     LEVEL, MODEL_ID, Coverage, SampleDetail, coverage_of, fix_partner, load_json, sample_detail,
 )
-from ptxbench.db.queries import fts_query
+from ptxbench.db.queries import LABELLED_SQL, fts_query
 from ptxbench.db.records import Evaluation
 from ptxbench.db.store import StoreError, connect_reader
 
@@ -205,7 +205,7 @@ def _where(flt: SampleFilter, fts: FtsTables) -> tuple[str, list[Any], bool]:
         clauses.append(f"s.id IN (SELECT sample_id FROM labels WHERE category = ?) AND ({_LATEST_LABEL_COL.format(col='l.category')}) = ?")
         params.extend([flt.label, flt.label])
     if flt.labelled_only:
-        clauses.append("s.id IN (SELECT sample_id FROM labels)")
+        clauses.append(LABELLED_SQL.format(sid="s.id"))     # a cleared label is no label
     if flt.fixit_only:
         clauses.append(
             f"s.id IN (SELECT sample_id FROM labels WHERE fixit_candidate = 1) AND ({_LATEST_LABEL_COL.format(col='l.fixit_candidate')}) = 1"

@@ -9,7 +9,7 @@ or an empty list, never an error.
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import sqlite_utils
@@ -132,15 +132,23 @@ class LabelContext:
     sample_id: int
     automatic: str | None  # the category of the evaluation that speaks (db/verdict.py)
     label: Label | None  # the current label in the store
+    shown: Evaluation | None = None  # the evaluation that speaks, whose notes (not run, held-out) the dialog says
+    evaluations: list[Evaluation] = field(default_factory=list)  # every one of the sample's, for "older engine"
 
 
 def label_context(db: sqlite_utils.Database, sample_id: int) -> LabelContext | None:
     """The label dialog's context of a sample, or None when there is no such sample."""
     if db.execute("SELECT 1 FROM samples WHERE id = ?", [sample_id]).fetchone() is None:
         return None
-    shown = db.execute(f"SELECT category FROM evaluations WHERE id = {verdict.shown_for(db, ':sample_id')}",
+    shown = db.execute(f"SELECT id FROM evaluations WHERE id = {verdict.shown_for(db, ':sample_id')}",
                        {"sample_id": sample_id}).fetchone()
-    return LabelContext(sample_id, shown[0] if shown else None, current_label(db, sample_id))
+    # The verdict's own fields only: a GEMM's PTX and SASS would make the dialog slow to open.
+    evaluations = _all(db, Evaluation, "SELECT id, sample_id, engine_version, status, category, source, created_at, "
+                       "correct, correct_heldout, executed FROM evaluations WHERE sample_id = ? ORDER BY id DESC",
+                       [sample_id])
+    speaking = next((e for e in evaluations if shown and e.id == shown[0]), None)
+    return LabelContext(sample_id, speaking.category if speaking else None, current_label(db, sample_id), speaking,
+                        evaluations)
 
 
 def fixes_for(db: sqlite_utils.Database, sample_id: int) -> list[Fix]:

@@ -20,6 +20,7 @@ from typing import Any
 from ptxbench.db import browse, verdict
 from ptxbench.db.browse import _LATEST_LABEL_COL, _SAMPLE_COLUMNS, LEVEL, SampleFilter, SampleRow, sample_from, shown_join
 from ptxbench.db.browse_summary import TRIAGE_DIMENSIONS, VERDICT_NOTE, TriageTable
+from ptxbench.db.queries import LABELLED_SQL
 
 
 
@@ -37,7 +38,7 @@ FIXIT_SQL = f"COALESCE(({_LATEST_LABEL_COL.format(col='l.fixit_candidate')}), 0)
 # A failure a person still has to look at: a failing verdict (or one wrong only at held-out sizes), no label.
 UNLABELLED_FAILURE = (
     "(e.id IS NOT NULL AND (e.category <> 'ok' OR (e.status = 'judged' AND e.correct = 1 AND e.correct_heldout = 0))"
-    " AND NOT EXISTS (SELECT 1 FROM labels lx WHERE lx.sample_id = s.id))"
+    f" AND NOT {LABELLED_SQL.format(sid='s.id')})"
 )
 
 # Sort keys by the samples table's column name: (SQL, the joins it needs). `_E` stands for the
@@ -146,7 +147,7 @@ def sorted_ids(conn: sqlite3.Connection, flt: SampleFilter, sort: Sort, offset: 
 
 _COLUMNS = (f"{_SAMPLE_COLUMNS}, {VERDICT_NOTE}, {_STATIC_EVIDENCE}, {_evidence('$.static.line')}, "
             f"{_FIRST_FAILURE}, {_evidence('$.message')}, CASE WHEN json_valid(e.evidence) THEN NULL ELSE e.evidence END, "
-            "EXISTS (SELECT 1 FROM labels lx WHERE lx.sample_id = s.id), "
+            f"{LABELLED_SQL.format(sid='s.id')}, "
             f"COALESCE(({_LATEST_LABEL_COL.format(col='l.note')}), ''), {verdict.correct_sql('train')}, "
             f"{verdict.correct_sql('heldout')}, e.engine_version")
 

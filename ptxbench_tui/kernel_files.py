@@ -104,8 +104,3 @@ def write_table(path: Path, columns: Sequence[str], rows: Iterable[dict[str, Any
 
 def table_dicts(columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[dict[str, Any]]:
     return [dict(zip(columns, row)) for row in rows]
-
-
-def default_export_path(what: str, fmt: str) -> Path:
-    return Path.cwd() / f"ptxbench-{what}.{fmt}"
-

@@ -100,6 +100,15 @@ _REGISTRY: list[tuple[str, str, str, str, str, str, bool]] = [
     ("diff", "diff.swap", "tilde", "swap", "Swap", "Swap the two sides", True),
     ("diff", "diff.other", "number_sign", "pick_other", "Other…", "Diff against another sample id", True),
     ("diff", "diff.editor", "e", "editor", "$EDITOR", "Open both kernels in $EDITOR (read-only copies)", True),
+    # -- a code view or a diff, sideways (widgets/sideways.py): the view scrolls -------
+    ("code", "code.left", "left", "sideways(-1)", "Left", "One column left", False),
+    ("code", "code.right", "right", "sideways(1)", "Right", "One column right", False),
+    ("code", "code.jump_left", "shift+left", "sideways(-40)", "40 columns left", "Scroll 40 columns left", True),
+    ("code", "code.jump_right", "shift+right", "sideways(40)", "40 columns right", "Scroll 40 columns right (long wgmma lines)", True),
+    ("code", "code.line_start", "home", "line_start", "Line start", "Scroll back to the start of the lines", True),
+    ("code", "code.line_end", "end", "line_end", "Line end", "Scroll to the end of the longest line on screen", True),
+    ("code", "code.top", "ctrl+home", "first_line", "First line", "", False),
+    ("code", "code.bottom", "ctrl+end", "last_line", "Last line", "", False),
     # -- triage --------------------------------------------------------------------
     ("triage", "triage.dimension", "G", "cycle_dimension", "Group by", "Columns by model, task or context level", True),
     ("triage", "triage.labels", "L", "toggle_labels", "By label", "Rows by a person's label, or by the automatic category", True),
@@ -159,7 +168,7 @@ _REGISTRY: list[tuple[str, str, str, str, str, str, bool]] = [
 SCOPE_TITLES: dict[str, str] = {
     "app": "Everywhere", "table": "In every table", "overview": "Overview (1)", "tasks": "Tasks (2)",
     "samples": "Samples (3)", "sample": "A sample", "diff": "A diff", "triage": "Triage (4)", "compare": "Compare (5)",
-    "live": "Live (6)", "plots": "Plots (7)", "plot": "A plot", "fixit": "Fixit (8)", "agents": "Agent episodes (A)", "agent": "An agent episode",
+    "code": "A code view or a diff", "live": "Live (6)", "plots": "Plots (7)", "plot": "A plot", "fixit": "Fixit (8)", "agents": "Agent episodes (A)", "agent": "An agent episode",
     "filterbar": "The filter bar", "dialog": "Dialogs",
 }
 
@@ -172,6 +181,7 @@ for _scope, _first, _second, _title in (
     ("compare", "copy_id", "copy_code", "Copy id/kernel"),
     ("plot", "zoom_in", "zoom_out", "Zoom"), ("tasks", "prev_tab", "next_tab", "Tab"), ("sample", "prev_tab", "next_tab", "Tab"), ("plots", "prev_tab", "next_tab", "Plot"),
     ("diff", "prev_tab", "next_tab", "What"), ("diff", "less", "more", "Context"), ("agent", "next", "prev", "Failed step"),
+    ("code", "jump_left", "jump_right", "40 cols"), ("code", "line_start", "line_end", "Line start/end"),
 ):
     _group = Binding.Group(_title, compact=True)
     _PAIRS[f"{_scope}.{_first}"] = _PAIRS[f"{_scope}.{_second}"] = _group
@@ -189,11 +199,17 @@ KEY_NAMES = {
     "left_curly_bracket": "{", "right_curly_bracket": "}", "enter": "⏎", "escape": "esc", "space": "space",
     "greater_than_sign": ">", "less_than_sign": "<", "percent_sign": "%", "tilde": "~", "number_sign": "#",
     "plus": "+", "minus": "-", "left": "←", "right": "→", "up": "↑", "down": "↓",
+    "shift+left": "⇧←", "shift+right": "⇧→",
 }
 
 
 def bindings(scope: str) -> list[BindingType]:
     return list(_SCOPES[scope])
+
+
+def group_of(binding_id: str) -> Binding.Group | None:
+    """The footer group a binding shows in (a pair's one entry), if any."""
+    return _PAIRS.get(binding_id)
 
 
 def all_bindings() -> dict[str, list[Binding]]:

@@ -42,6 +42,7 @@ from ptxbench.db.recovery import NOT_CHECKED, LabelWrite, add_label_once, discar
 from ptxbench.db.store import StoreError, StoreLocked, now_iso, set_wait_notice, stop_waiting
 from ptxbench.db.writes import InvalidRecord
 from ptxbench.tui.messages import LabelSaved, LabelsFlushed, StoreFailed
+from ptxbench.tui.verdict import verdict_of
 
 RETRY_S = 2.0
 EXIT_GRACE_S = 5.0  # after SIGTERM/SIGHUP, the explorer ends within this even if closing hangs
@@ -188,7 +189,8 @@ class Labelling(_App):
             current = LabelChoice(label.category, label.note, label.fixit_candidate)
         by = "yours, not saved yet" if waiting is not None else by_whom(context.label)
         seen = context.label.id if context.label is not None else None
-        dialog.loaded(context.automatic, current, by=by if current is not None else "", seen=seen)
+        automatic = verdict_of(context.shown, context.evaluations) if context.shown is not None else None
+        dialog.loaded(automatic, current, by=by if current is not None else "", seen=seen)
 
     @work(thread=True, group="labels", exit_on_error=False, description="fixit mark")
     def flip_fixit(self, sample_id: int) -> None:

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 import sqlite_utils
 
 from ptxbench.services import progress as ev
+from ptxbench.services.hardware import gpu_archs
 
 SOURCE = "ptxbench eval"
 PREFETCH = 4  # static stages of the next samples run on CPU threads while the GPU judges
@@ -130,6 +131,20 @@ def select_samples(
     return ids
 
 
+class NoGpu:
+    """The GPU worker's stand-in where nvidia-smi finds no GPU: the engine records `skipped: no <arch>
+    device`, as the worker would say, without starting a process that spends seconds importing torch to
+    learn the same."""
+
+    no_device_reason = "no NVIDIA GPU (nvidia-smi finds none)"
+
+    def start(self) -> None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
 def run_batch(
     store: sqlite_utils.Database,
     ids: list[int],
@@ -163,7 +178,7 @@ def run_batch(
     own_runner = runner is None and not static_only
     device_name = None
     if not static_only:
-        runner = runner or Runner()
+        runner = runner or (Runner() if gpu_archs() else NoGpu())
         try:
             device = runner.start()
             device_name = device.name if device is not None else None

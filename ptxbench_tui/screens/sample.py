@@ -245,7 +245,7 @@ class SampleScreen(KernelMoves, Screen):
             return
         self.detail = detail
         latest = detail.latest
-        verdict = verdict_of(latest)
+        verdict = verdict_of(latest, detail.evaluations)
         label = f" · label: {detail.label.category or 'note'}" if detail.label else ""
         fixit = " · ★ Fixit" if detail.label and detail.label.fixit_candidate else ""
         head = (f"[b]Sample {detail.id}[/b] · {markup_value(detail.task_id)} ({markup_value(detail.arch)}) · "

@@ -44,15 +44,6 @@ def needs_a_look(row: triage.SampleLine) -> bool:
     return failed and not row.labelled
 
 
-class SampleRows(RowTable):
-    """The samples table: space selects the row under the cursor and leaves the cursor on it."""
-
-    def action_toggle_mark(self) -> None:
-        row = self.cursor_row
-        super().action_toggle_mark()
-        self.move_cursor(row=row)
-
-
 class SamplesScreen(KernelMoves, ViewScreen):
     MODE = "samples"
     AUTO_FOCUS = "#samples-table"
@@ -82,7 +73,7 @@ class SamplesScreen(KernelMoves, ViewScreen):
             yield Input(placeholder="search code, evidence, logs (full text)", id="samples-search")
             yield FilterBar(FILTERS, id="samples-filters")
         yield Static("", id="samples-status", classes="status")
-        yield SampleRows(id="samples-table", selectable=True)
+        yield RowTable(id="samples-table", selectable=True)
         yield Static("", id="samples-legend", classes="legend")
 
     def on_mount(self) -> None:

@@ -256,8 +256,7 @@ class RowTable(ScrollView, can_focus=True):
             return
         self.marked ^= {self.cursor_row}
         self.post_message(self.MarksChanged(self, frozenset(self.marked)))
-        self.move_cursor(row=self.cursor_row + 1)  # so space, space, space selects a run of rows
-        self.refresh()
+        self.refresh()  # the cursor stays: space selects, the arrows move
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "toggle_mark" and not self.selectable:

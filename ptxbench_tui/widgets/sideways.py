@@ -13,27 +13,13 @@ from __future__ import annotations
 
 from textual.binding import Binding, BindingType
 
-STEP = 40  # columns a jump moves
+from ptxbench.tui import keys
 
 # Their own footer entries after the view's keys (widgets/key_bar.py puts these groups last).
-JUMP = Binding.Group("40 cols", compact=True)
-ENDS = Binding.Group("Line start/end", compact=True)
-TRAILING_GROUPS = (JUMP, ENDS)
+_GROUPS = (keys.group_of("code.jump_left"), keys.group_of("code.line_start"))
+TRAILING_GROUPS: tuple[Binding.Group, ...] = tuple(g for g in _GROUPS if g is not None)
 
-BINDINGS: list[BindingType] = [
-    Binding("left", "sideways(-1)", "Left", show=False, id="code.left"),
-    Binding("right", "sideways(1)", "Right", show=False, id="code.right"),
-    Binding("shift+left", f"sideways(-{STEP})", f"{STEP} columns left", key_display="⇧←", group=JUMP,
-            id="code.jump_left", tooltip=f"Scroll {STEP} columns left"),
-    Binding("shift+right", f"sideways({STEP})", f"{STEP} columns right", key_display="⇧→", group=JUMP,
-            id="code.jump_right", tooltip=f"Scroll {STEP} columns right (long wgmma lines)"),
-    Binding("home", "line_start", "Line start", group=ENDS, id="code.line_start",
-            tooltip="Scroll back to the start of the lines"),
-    Binding("end", "line_end", "Line end", group=ENDS, id="code.line_end",
-            tooltip="Scroll to the end of the longest line on screen"),
-    Binding("ctrl+home", "first_line", "First line", show=False, id="code.top"),
-    Binding("ctrl+end", "last_line", "Last line", show=False, id="code.bottom"),
-]
+BINDINGS: list[BindingType] = keys.bindings("code")
 
 
 class Sideways:

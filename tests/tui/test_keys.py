@@ -19,6 +19,8 @@ SAME_MEANING = {
     "enter": ({"select_cursor", "open_result"}, "open the row under the cursor"),
     "c": ({"clear_filters", "clear"}, "clear the view: its filters, or Live's queue"),
     "r": ({"reverify", "run"}, "run the engine"),
+    "left": ({"pan_left", "sideways(-1)"}, "move the view left: a plot, a line of code"),
+    "right": ({"pan_right", "sideways(1)"}, "move the view right: a plot, a line of code"),
 }
 
 

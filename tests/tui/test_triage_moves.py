@@ -446,3 +446,27 @@ def test_triage_queries(heldout_store, ids):
     assert [r.id for r in triage.sample_page(conn, everything.with_(label="wrong_result")).rows] == [ids.wrong_result]
     # Exports read every row, in order.
     assert [line.id for line in triage.iter_lines(conn, everything, triage.Sort("Speedup", True), chunk=3)] == whole
+
+
+def test_a_cleared_label_leaves_its_sample_unlabelled(heldout_store, ids):
+    """A label cleared (no category, no note, no Fixit mark) stays as history, but the sample counts as
+    a failure no one has labelled: in the next-unlabelled walk, the triage counts and the labelled filter."""
+    from ptxbench.db.records import Label
+    from ptxbench.db.store import open_store
+    from ptxbench.db.writes import add_label
+
+    store, _ = heldout_store
+    db = open_store(store)
+    add_label(db, Label(sample_id=ids.wrong_result, author="t", category=None, note="", fixit_candidate=False))
+    db.conn.close()
+    conn = browse.connect(store)
+    everything = browse.SampleFilter()
+    labels = {label: total for label, _, total, _ in triage.label_triage(conn, "model").rows}
+    assert "wrong_result" not in labels
+    walked, at = [], -1
+    while (found := triage.next_unlabelled(conn, everything, triage.Sort(), at)) is not None:
+        at, sid = found[0], found[1]
+        walked.append(sid)
+    assert ids.wrong_result in walked
+    labelled = [r.id for r in triage.sample_page(conn, everything.with_(labelled_only=True)).rows]
+    assert ids.wrong_result not in labelled
