@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from llm_server import LoopbackLLM, expert_reply, mutation_reply
+from ptxbench.tasks.spec import all_tasks
 from ptxbench.cli.main import app
 from ptxbench.db.metrics import compute_metrics, pass_at_k
 from ptxbench.db.records import Evaluation, Measurement, Run, Sample
@@ -154,7 +155,8 @@ def test_run_and_report_from_the_command_line(tmp_path: Path) -> None:
     rows = json.loads(result.stdout)
     assert {(r["context"], r["split"]) for r in rows} == {(c, s) for c in ("none", "brief") for s in ("train", "heldout")}
     train = next(r for r in rows if r["context"] == "none" and r["split"] == "train")
-    assert train["trajectories"] == 7 and train["compile_rate"] == pytest.approx(1 / 7)
+    hopper = sum(1 for t in all_tasks() if t.arch == "sm_90a")
+    assert train["trajectories"] == hopper and train["compile_rate"] == pytest.approx(1 / hopper)
     refused = runner.invoke(app, ["run", "--model", "x", "--base-url", "http://127.0.0.1:9/v1", "--tasks", "nope",
                                   "--db", str(db)])
     assert refused.exit_code == 2 and "unknown task" in refused.output
