@@ -22,6 +22,7 @@ from textual.widgets import DataTable, ProgressBar, RichLog, Static
 from ptxbench.db import browse
 from ptxbench.engine.inert import inert
 from ptxbench.services import progress as ev
+from ptxbench.services.batch import EXIT_UNFINISHED
 from ptxbench.services.batch_process import BatchProcess, GpuLock, engine_command, gpu_lock_path
 from ptxbench.tui import keys
 from ptxbench.tui.messages import EngineEvent, EngineExited, EngineProgress, ShowSample
@@ -294,6 +295,11 @@ class LiveScreen(ViewScreen):
             self._log(f"engine cancelled in {elapsed:.1f} s (it ended on SIGTERM, exit code {message.returncode}); "
                       f"{len(self.results)} new evaluation(s) were committed before it")
             self.notify(f"Engine cancelled: {len(self.results)} new evaluation(s).")
+        elif message.returncode == EXIT_UNFINISHED and message.saw_done:   # it said so, then stopped
+            self._log(f"[yellow][b]The store refused a judgement[/b] (another writer held it past the patience): it "
+                      f"is kept in the recovery journal beside the store and written at the next start; "
+                      f"{len(self.results)} other new evaluation(s) were committed.[/]")
+            self.notify("The store refused a judgement: kept in the recovery journal.", severity="warning")
         elif not message.saw_done or message.returncode != 0:
             # Split at newlines only, after making it inert: a carriage return in it is shown, not obeyed.
             tail = inert(message.stderr_tail).strip().split("\n")[-8:]
