@@ -3,13 +3,19 @@
 Exit status as `ptxbench run`: 0 when every episode finished; 3 when a request or a judgement
 failed for good (run the same command again to resume); 4 when the endpoint refused the run, an
 endpoint without function calling included (unless `--agent-fallback turns`); 2 for a usage
-mistake; 1 when the tool failed.
+mistake; 1 when the tool failed. SIGTERM, SIGHUP and SIGINT stop the run: the episodes under way
+are marked `ended: interrupted` (no sample), a submitted kernel whose judgement was cut short stays
+unjudged, and the same command resumes both (exit 3).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +41,13 @@ def run_agent_command(*, db_path: Path | None, create: bool, as_json: bool, fall
     status = ExitCode.OK
     for config in configs:
         show = _json_event if as_json else _printer(err, plain_printer(err))
-        with run_reported():
-            outcome = agent.run(db, config, fallback=fallback, progress=show)
+        try:
+            with run_reported(), _stop_as_interrupt():
+                outcome = agent.run(db, config, fallback=fallback, progress=show)
+        except KeyboardInterrupt:
+            say_error("run", "stopped: the episodes under way are marked interrupted; run the same command again "
+                             "to resume")
+            raise typer.Exit(ExitCode.UNFINISHED) from None
         report = outcome.report or outcome.fallback
         assert report is not None
         if outcome.fallback is not None:
@@ -51,6 +62,21 @@ def run_agent_command(*, db_path: Path | None, create: bool, as_json: bool, fall
             status = max(status, ExitCode.UNFINISHED)
     if status:
         raise typer.Exit(status)
+
+
+@contextmanager
+def _stop_as_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP as SIGINT, which asyncio turns into a cancellation of the run's tasks: each
+    episode under way then closes itself as interrupted (models/agent.py) instead of staying `running`."""
+    def as_sigint(_sig: int, _frame: Any) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+
+    previous = {sig: signal.signal(sig, as_sigint) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _json_event(event: dict[str, Any]) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 from ptxbench.db.records import Evaluation, Measurement, Sample
 from ptxbench.engine.categories import DESCRIPTIONS, OK, STAGE_OF, Category
 from ptxbench.engine.text_scan import remove_think
-from ptxbench.models.agent_tools import scrub
+from ptxbench.models.agent_tools import scrub, wrong_elements
 from ptxbench.tasks.spec import TaskSpec
 
 MAX_LOG_LINES = 25
@@ -159,8 +159,9 @@ def _worst_text(worst: Any) -> str:
 def _size_lines(train: list[Measurement], evidence: dict[str, Any]) -> list[str]:
     # The worker's message per train size; sizes are matched whatever the order of their keys.
     seeds = tuple(s for s in evidence.get("seeds") or () if isinstance(s, int))  # secret: never in a message
-    messages = {_sizes_key(m.get("sizes")): m.get("message", "")
-                for m in evidence.get("sizes", []) if isinstance(m, dict) and m.get("split") == "train"}
+    entries = {_sizes_key(m.get("sizes")): m
+               for m in evidence.get("sizes", []) if isinstance(m, dict) and m.get("split") == "train"}
+    messages = {key: m.get("message", "") for key, m in entries.items()}
     lines = []
     for m in train:
         line = f"- {_fmt_sizes(m.sizes)}: {m.category}"
@@ -170,11 +171,32 @@ def _size_lines(train: list[Measurement], evidence: dict[str, Any]) -> list[str]
                 line += f" (tolerance {_fmt_num(m.worst['tolerance'])})"
         worst = _worst_text(m.worst)
         line += worst
+        if m.category != OK:
+            line += _pattern_text(wrong_elements(entries.get(_sizes_key(m.sizes))))
         msg = messages.get(_sizes_key(m.sizes))
         if msg and m.category != OK and not worst:
             line += f"\n  {scrub(msg, seeds)[:600]}"
         lines.append(line)
     return lines
+
+
+_PATTERN_WORDS = (("wrong", "wrong"), ("unwritten", "never written"), ("nan_or_inf", "NaN or Inf"),
+                  ("inputs_modified", "changed in an input"))
+
+
+def _pattern_text(found: dict[str, Any]) -> str:
+    """How many elements went wrong and where the first is, per output, and in how many trials."""
+    parts = []
+    for key, words in _PATTERN_WORDS:
+        for row in found.get(key) or ():
+            of = f" of {row['of']:,}" if isinstance(row.get("of"), int) else ""
+            first = f", the first at {row['first_index']}" if row.get("first_index") is not None else ""
+            values = (f" (got {_fmt_num(row['got'])}, expected {_fmt_num(row['expected'])})"
+                      if "got" in row and "expected" in row else "")
+            parts.append(f"{row['count']:,}{of} elements of {row['tensor']} {words}{first}{values}")
+    if found.get("trials_failed"):
+        parts.append(f"failed in {found['trials_failed']} trials")
+    return ("\n  " + "; ".join(parts)) if parts else ""
 
 
 def _speed_text(task: TaskSpec, evaluation: Evaluation) -> str:

@@ -3,6 +3,7 @@
 `ptxbench run --agent` comes here (models/agent.py does the episodes). The GPU stages are the
 same rule as for a plain run (`--gpu auto|on|off`); the tools are told which archs have a device
 here, so `check` and `time` say `skipped: no sm_90a device` rather than run anything elsewhere.
+`context_tokens` is the conversation's stated budget: past it the episode's history is compacted.
 An endpoint without function calling is refused with a message that says so, unless a fallback is
 asked for: `turns` runs the plain multi-turn mode with the same reply budget instead.
 """
@@ -47,6 +48,7 @@ def agent_configs(
     tokens: int | None = None,
     wall_s: float = 1800.0,
     gpu_s: float = 600.0,
+    context_tokens: int | None = None,
     **options: Any,
 ) -> list[AgentConfig]:
     """One AgentConfig per context level. UsageError for a bad level, task list, budget or `--gpu` mode.
@@ -55,7 +57,9 @@ def agent_configs(
         tasks=tasks, arch=arch, context=context, gpu=gpu, api_key_env=api_key_env, run_name=run_name
     )
     try:
-        budget = AgentBudget(tool_calls=tool_calls, turns=turns, tokens=tokens, wall_s=wall_s, gpu_s=gpu_s)
+        budget = AgentBudget(
+            tool_calls=tool_calls, turns=turns, tokens=tokens, wall_s=wall_s, gpu_s=gpu_s, context_tokens=context_tokens
+        )
     except ValueError as exc:
         raise UsageError(f"budget: {exc}") from None
     archs = tuple(gpu_archs() or ()) if use_gpu else ()

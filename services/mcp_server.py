@@ -2,33 +2,54 @@
 
 An external agent (a coding assistant that speaks MCP) connects over stdio, or over streamable
 HTTP or SSE on 127.0.0.1 only, and gets the same tools as `ptxbench run --agent`
-(models/agent_tools.py) plus two to read the work: `list_tasks` and `describe_task` (the task's
-prompt at the server's context level: train sizes and the headline size, never the held-out
-ones). Every judge call names its task.
+(models/agent_tools.py: the workspace file and the judge) plus two to read the work: `list_tasks`
+and `describe_task` (the task's prompt at the server's context level: train sizes and the
+headline size, never the held-out ones). Every episode tool names its task.
 
-What is recorded: a session is a run of the agent (its model row named by `--agent-name`, else by
-the client's own name, kind `agent`); the first judge call for a task opens an episode of that
-run, each call is a step, and `submit` ends the episode with its kernel as a sample judged in
-full. An episode still open when the session ends is closed without a kernel (`no_candidate`,
-saying so). The held-out results stay in the store: the answer to `submit` is the sample's id and
-its train-size verdict.
+Sessions. Each client is its own session, keyed by its transport: the one client of a stdio
+server, the `Mcp-Session-Id` of a streamable-HTTP session, the `session_id` of an SSE stream. A
+session has its own run, its own open episode (and workspace file) per task, its own rate limit
+and its own GPU budget. HTTP sessions need the initialize handshake: a request in the stateless
+2026-07-28 protocol has no session to belong to and is refused, which makes the SDK's clients fall
+back to the handshake by themselves.
 
-Limits per session: `rate` judge calls a minute (a call over it is refused at once with the wait,
-never queued) and `gpu_budget_s` of GPU time for `check` and `time` together (past it they answer
-`skipped: …`). The SDK (`mcp`) is imported only when the server is built, so the rest of
-PTXBench works without it.
+Names. A session's run belongs to the model row `NAME (mcp)` (kind `agent`), NAME being
+`--agent-name` or else the client's own name: whatever a client calls itself, its kernels never
+land in the samples of an existing model such as `expert` or `gpt-x (agent)`.
+
+What is recorded: the first episode call for a task opens an episode of the session's run, each
+call is a step, and `submit` ends the episode with its kernel as a sample judged in full. The calls
+of one session on one task run one at a time (their steps in order, one `submit` ending one
+episode; a later call opens the next); calls on other tasks, and other sessions, go on meanwhile.
+The GPU budget is read and charged under the GPU lock, so concurrent calls never overspend it.
+When a session ends, an episode left open is closed: without a kernel (`no_candidate`, "the session
+closed without a submit") when the client ended the session (stdio's end, an HTTP DELETE, an SSE
+stream closed); `ended: interrupted (…)` with no sample when the session expired or the server
+was stopped (SIGTERM, SIGINT, SIGHUP), for then the agent was cut off. The held-out results stay
+in the store: the answer to `submit` is the sample's id and its verdict's category.
+
+Limits per session: `rate` episode calls a minute (a call over it is refused at once with the
+wait, never queued; reading the file is free) and `gpu_budget_s` of GPU time for `check` and
+`time` together (past it they answer `skipped: …`). Every answer says what is left. Over HTTP an
+optional bearer token (`--auth-token-env`) keeps other local users out.
+
+This module is the server's state and needs no SDK; services/mcp_app.py binds it to the SDK (`mcp`,
+imported only when the server is built, so the rest of PTXBench works without it): the tools'
+schemas, the transports' sessions, the HTTP front and the signals.
 """
 
-# No `from __future__ import annotations`: the SDK reads the tools' signatures, whose annotations
-# name `Context` from inside build_server, so they must be evaluated where they are written.
+from __future__ import annotations
+
+import functools
+import os
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ptxbench.db.judgement import add_judgement, evaluation_records
+from ptxbench.db.queries import get_model
 from ptxbench.db.records import Run, Sample
 from ptxbench.db.store import now_iso, write_transaction
 from ptxbench.db.trajectories import (
@@ -39,11 +60,18 @@ from ptxbench.db.trajectories import (
     add_step,
     finish_episode,
     next_step_number,
+    run_episodes,
     start_episode,
     update_episode,
 )
 from ptxbench.db.writes import add_evaluation, add_sample, create_run, finish_run, get_or_create_model
-from ptxbench.models.agent_tools import GpuAccess, JudgeTools, ToolOutcome, recorded_arguments
+from ptxbench.models.agent_tools import (
+    GpuAccess,
+    GpuBudget,
+    JudgeTools,
+    ToolOutcome,
+    recorded_arguments,
+)
 from ptxbench.models.judging import JudgeFailed, candidate_of, judge_sample
 from ptxbench.services.catalogue import CONTEXT_LEVELS, tasks_for
 from ptxbench.services.errors import UsageError
@@ -53,19 +81,42 @@ EVALUATION_SOURCE = "ptxbench mcp"
 HOST = "127.0.0.1"  # the HTTP transports listen on this machine only
 TRANSPORTS = ("stdio", "streamable-http", "sse")
 SERVER_NAME = "ptxbench"
+MODEL_SUFFIX = " (mcp)"
+MAX_CLIENT_NAME = 64
+MIN_TOKEN_CHARS = 16
+PROGRESS_EVERY_S = 5.0
+SHUTDOWN_GRACE_S = 5
+# How a session ended: the client's own end leaves a no_candidate sample; the others interrupt.
+CLOSED, EXPIRED, STOPPED = "closed", "expired", "stopped"
+CLOSED_STATUS = ENDED_PREFIX + "the session closed without a submit"
+INTERRUPTED = ENDED_PREFIX + "interrupted"
+
+
+def server_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    from ptxbench.engine.pipeline import ENGINE_VERSION
+
+    try:
+        package = version("ptxbench")
+    except PackageNotFoundError:
+        package = "unknown"
+    return f"{package} (engine {ENGINE_VERSION})"
 
 
 @dataclass(frozen=True)
 class McpSettings:
     db_path: Path | None = None
     create: bool = False  # make a new store at db_path when there is none
-    agent_name: str | None = None  # the model row's name; None: the client's own name
+    agent_name: str | None = None  # the model row's name before its suffix; None: the client's own name
     context: str = "none"
     tasks: tuple[str, ...] = ()
     gpu: bool = False
     gpu_archs: tuple[str, ...] = ()
     rate_per_minute: int = 30
     gpu_budget_s: float = 600.0
+    session_idle_s: float = 1800.0  # an HTTP session with no request for this long expires
+    auth_token: str | None = field(default=None, repr=False)  # HTTP requests must carry it as a bearer token
 
     def __post_init__(self) -> None:
         if self.context not in CONTEXT_LEVELS:
@@ -74,6 +125,10 @@ class McpSettings:
             raise UsageError("--rate: at least one call a minute")
         if self.gpu_budget_s < 0:
             raise UsageError("--gpu-seconds: not negative")
+        if self.session_idle_s <= 0:
+            raise UsageError("--session-idle: more than 0 seconds")
+        if self.auth_token is not None and len(self.auth_token) < MIN_TOKEN_CHARS:
+            raise UsageError(f"the bearer token must be at least {MIN_TOKEN_CHARS} characters")
 
 
 def settings_for(
@@ -86,15 +141,22 @@ def settings_for(
     rate_per_minute: int,
     gpu_budget_s: float,
     create: bool = False,
+    auth_token_env: str | None = None,
+    session_idle_s: float = 1800.0,
 ) -> McpSettings:
     """Settings from the command line's words; UsageError for a bad one, NoStore (a StoreError) for a
-    `db_path` that is not a store (unless `create`)."""
+    `db_path` that is not a store (unless `create`). The bearer token is read from the environment
+    variable `auth_token_env` names (a command line is visible to every local user)."""
     from ptxbench.db.access import require_store
     from ptxbench.services.hardware import gpu_archs, gpu_wanted
 
     if db_path is not None and not create:
         require_store(db_path)
-
+    token = None
+    if auth_token_env is not None:
+        token = os.environ.get(auth_token_env)
+        if not token:
+            raise UsageError(f"--auth-token-env: the variable {auth_token_env} is not set")
     try:
         use_gpu = gpu_wanted(gpu)
     except UsageError as exc:
@@ -113,7 +175,17 @@ def settings_for(
         gpu_archs=tuple(gpu_archs() or ()) if use_gpu else (),
         rate_per_minute=rate_per_minute,
         gpu_budget_s=gpu_budget_s,
+        session_idle_s=session_idle_s,
+        auth_token=token,
     )
+
+
+def model_name_for(name: str | None) -> str:
+    """The store's name for an MCP agent: its name made printable and short, then ` (mcp)`, so no
+    client can name itself into another model's row."""
+    text = "".join(ch if ch.isprintable() else " " for ch in (name or "")[: MAX_CLIENT_NAME * 4])
+    text = " ".join(text.split())[:MAX_CLIENT_NAME].strip() or "mcp-client"
+    return text + MODEL_SUFFIX
 
 
 class RateLimit:
@@ -126,15 +198,22 @@ class RateLimit:
         self.clock = clock
         self.last = clock()
 
-    def take(self) -> float:
-        """0 when the call may go ahead (and is counted), else the seconds until one may."""
+    def _refill(self) -> None:
         now = self.clock()
         self.tokens = min(self.capacity, self.tokens + (now - self.last) * self.per_s)
         self.last = now
+
+    def take(self) -> float:
+        """0 when the call may go ahead (and is counted), else the seconds until one may."""
+        self._refill()
         if self.tokens >= 1:
             self.tokens -= 1
             return 0.0
         return (1 - self.tokens) / self.per_s
+
+    def left(self) -> int:
+        self._refill()
+        return int(self.tokens)
 
 
 @dataclass
@@ -142,38 +221,62 @@ class _Open:
     row: Episode
     tools: JudgeTools
     started: float = field(default_factory=time.perf_counter)
+    closed: bool = False
 
 
 class Session:
-    """One client's session: its run, its open episode per task, its limits."""
+    """One client's session: its run, its open episode per task, its limits. Used on the server's
+    event loop only; `lock(task)` serialises the calls on one task."""
 
-    def __init__(self, settings: McpSettings, db: Any, client_name: str | None) -> None:
+    def __init__(self, settings: McpSettings, db: Any, key: str, client_name: str | None) -> None:
         self.settings = settings
         self.db = db
-        self.client_name = client_name or "mcp-client"
+        self.key = key
+        self.client_name = model_name_for(client_name).removesuffix(MODEL_SUFFIX)
         self.run: Run | None = None
         self.open: dict[str, _Open] = {}
         self.rate = RateLimit(settings.rate_per_minute)
-        self.gpu_spent_s = 0.0
+        self.gpu = GpuBudget(settings.gpu_budget_s)
+        self.locks: dict[str, Any] = {}
+        self.ended: str | None = None
         self.started = now_iso()
 
     @property
     def model_name(self) -> str:
-        return self.settings.agent_name or self.client_name
+        return model_name_for(self.settings.agent_name or self.client_name)
 
     @property
     def source(self) -> str:
         return f"agent:{self.model_name} via {AGENT} (client {self.client_name})"
 
+    def lock(self, task_id: str) -> Any:
+        import anyio
+
+        found = self.locks.get(task_id)
+        if found is None:
+            found = self.locks[task_id] = anyio.Lock()
+        return found
+
+    def left(self) -> dict[str, Any]:
+        """What this session may still spend, as every answer says it."""
+        return {"calls_this_minute": self.rate.left(), "gpu_seconds": round(self.gpu.left(), 1)}
+
     def _run(self) -> Run:
         if self.run is None:
-            model = get_or_create_model(self.db, self.model_name, kind="agent", source=self.source)
+            name = self.model_name
+            found = get_model(self.db, name)
+            if found is not None and (found.kind != "agent" or AGENT not in (found.source or "")):
+                raise UsageError(
+                    f"the model name {name!r} belongs to another source in this store; "
+                    "start the server with another --agent-name"
+                )
+            model = get_or_create_model(self.db, name, kind="agent", source=self.source)
             assert model.id is not None
             self.run = create_run(
                 self.db,
                 Run(
                     model_id=model.id,
-                    name=f"{self.model_name} · mcp · {self.settings.context} · {self.started}",
+                    name=f"{name} · mcp · {self.settings.context} · {self.started} · {self.key[-12:]}",
                     source=self.source,
                     context_level=self.settings.context,
                     prompt_version=_prompt_version(),
@@ -184,35 +287,30 @@ class Session:
                         "gpu_budget_s": self.settings.gpu_budget_s,
                         "gpu": self.settings.gpu,
                         "tasks": list(self.settings.tasks),
+                        "server": server_version(),
                     },
                 ),
             )
         return self.run
 
     def episode(self, task_id: str) -> _Open:
-        """The task's open episode, or a new one."""
+        """The task's open episode, or a new one (with an empty workspace file)."""
         found = self.open.get(task_id)
         if found is not None:
             return found
         from ptxbench.tasks.spec import get_task
 
         run = self._run()
-        index = self.db.execute(
-            "SELECT COUNT(*) FROM agent_episodes WHERE run_id = ? AND task_id = ?", [run.id, task_id]
-        ).fetchone()[0]
+        assert run.id is not None
+        index = sum(1 for e in run_episodes(self.db, run.id) if e.task_id == task_id)
         budgets = {"rate_per_minute": self.settings.rate_per_minute, "gpu_s": self.settings.gpu_budget_s}
         row = start_episode(
             self.db,
             Episode(
-                run_id=run.id,  # type: ignore[arg-type]
-                task_id=task_id,
-                sample_index=index,
-                agent=AGENT,
-                source=self.source,
-                budgets=budgets,
+                run_id=run.id, task_id=task_id, sample_index=index, agent=AGENT, source=self.source, budgets=budgets
             ),
         )
-        tools = JudgeTools(get_task(task_id), GpuAccess(self.settings.gpu_archs, self.settings.gpu))
+        tools = JudgeTools(get_task(task_id), GpuAccess(self.settings.gpu_archs, self.settings.gpu), budget=self.gpu)
         self.open[task_id] = found = _Open(row, tools)
         return found
 
@@ -236,27 +334,35 @@ class Session:
         )
         update_episode(self.db, ep.row)
 
-    def end(self, task_id: str, sample: Sample, status: str) -> Episode:
+    def end(self, task_id: str, sample: Sample | None, status: str) -> Episode:
         ep = self.open.pop(task_id)
+        ep.closed = True
         ep.row.wall_s = round(time.perf_counter() - ep.started, 3)
-        return finish_episode(self.db, ep.row, status, sample.id)
+        return finish_episode(self.db, ep.row, status, sample.id if sample is not None else None)
 
-    def close(self) -> None:
-        """The session is over: each open episode ends without a kernel, and the run is finished."""
+    def close(self, how: str, why: str = "") -> None:
+        """The session is over. An open episode ends without a kernel when the client ended the session
+        (`closed`), else is interrupted with no sample; the run is finished either way."""
+        if self.ended is not None:
+            return
+        self.ended = how
         for task_id, ep in list(self.open.items()):
-            sample = add_sample(
-                self.db,
-                Sample(
-                    task_id=task_id,
-                    language="none",
-                    source=self.source,
-                    response="",
-                    run_id=self.run.id if self.run else None,
-                    sample_index=ep.row.sample_index,
-                ),
-            )
-            row = self.end(task_id, sample, ENDED_PREFIX + "the session closed without a submit")
-            _no_submit(self.db, ep.tools.spec, sample, row)
+            if how == CLOSED:
+                sample = add_sample(
+                    self.db,
+                    Sample(
+                        task_id=task_id,
+                        language="none",
+                        source=self.source,
+                        response="",
+                        run_id=self.run.id if self.run else None,
+                        sample_index=ep.row.sample_index,
+                    ),
+                )
+                row = self.end(task_id, sample, CLOSED_STATUS)
+                _no_submit(self.db, ep.tools.spec, sample, row)
+            else:
+                self.end(task_id, None, f"{INTERRUPTED} ({why or how})")
         if self.run is not None:
             finish_run(self.db, self.run.id)  # type: ignore[arg-type]
 
@@ -285,8 +391,12 @@ def _no_submit(db: Any, spec: Any, sample: Sample, row: Episode) -> None:
         add_evaluation(db, judged.evaluation, judged.measurements)
 
 
+Progress = Callable[[float, str], Awaitable[None]]
+
+
 class Judge:
-    """The server's state over every session: the store and the sessions by id (one on stdio)."""
+    """The server's state over every session: the store and the sessions by key. Everything here runs on
+    the server's event loop (the tools' work goes to threads), so the store has one writer."""
 
     def __init__(self, settings: McpSettings) -> None:
         from ptxbench.db.seed import open_for_writing
@@ -294,17 +404,41 @@ class Judge:
         self.settings = settings
         self.db = open_for_writing(settings.db_path, create=settings.create)
         self.sessions: dict[str, Session] = {}
+        self.ended_by_client: set[str] = set()  # HTTP sessions whose client sent DELETE
+        self.stopping: str | None = None
 
     def session(self, key: str, client_name: str | None) -> Session:
         found = self.sessions.get(key)
         if found is None:
-            found = self.sessions[key] = Session(self.settings, self.db, client_name)
+            if self.stopping:
+                raise UsageError("the server is stopping")
+            found = self.sessions[key] = Session(self.settings, self.db, key, client_name)
         return found
 
+    def end_session(self, key: str, how: str, why: str = "") -> None:
+        session = self.sessions.pop(key, None)
+        self.ended_by_client.discard(key)
+        if session is not None:
+            session.close(how, why)
+
+    async def connection_closed(self, key: str) -> None:
+        """An HTTP or SSE session's connection ended: by its client, by expiry, or by the server's stop."""
+        if key in self.ended_by_client or key.startswith("sse:"):
+            self.end_session(key, CLOSED)
+        elif self.stopping:
+            self.end_session(key, STOPPED, self.stopping)
+        else:
+            self.end_session(key, EXPIRED, f"the session expired after {self.settings.session_idle_s:g} s idle")
+
+    def stop(self, why: str) -> None:
+        """The server is stopping: every open episode is interrupted."""
+        self.stopping = self.stopping or why
+        self.close()
+
     def close(self) -> None:
-        for session in self.sessions.values():
-            session.close()
-        self.sessions.clear()
+        how = STOPPED if self.stopping else CLOSED
+        for key in list(self.sessions):
+            self.end_session(key, how, self.stopping or "")
 
     # -- what the tools do ---------------------------------------------------------------------
 
@@ -327,14 +461,20 @@ class Judge:
         return out
 
     def describe_task(self, task_id: str) -> str:
-        from ptxbench.models.agent import AgentBudget, agent_note
+        from ptxbench.models.agent_context import agent_system, agent_user, tools_note
         from ptxbench.tasks.prompts import build_prompt
         from ptxbench.tasks.spec import get_task
 
         spec = get_task(self._allowed(task_id))
         prompt = build_prompt(spec, self.settings.context)
-        note = agent_note(AgentBudget()).split("Budget:")[0].rstrip()
-        return f"{prompt.system}\n\n{prompt.user}{note}\n\nEvery tool call names the task: task={spec.id!r}."
+        limits = (
+            f"{self.settings.rate_per_minute} episode calls a minute and {self.settings.gpu_budget_s:g} GPU "
+            "seconds for check and time, for this session"
+        )
+        return (
+            f"{agent_system(prompt)}\n\n{agent_user(prompt)}{tools_note(budget_line=limits)}\n\n"
+            f"Every tool call names the task: task={spec.id!r}. Each task has its own workspace file."
+        )
 
     def _allowed(self, task_id: str) -> str:
         if not isinstance(task_id, str) or task_id not in self.settings.tasks:
@@ -342,27 +482,33 @@ class Judge:
             raise UsageError(f"no task {shown} here; list_tasks names them")
         return task_id
 
-    async def call(self, session: Session, name: str, task_id: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        """One judge call: counted against the rate, recorded as a step, the episode ended by submit."""
-        import anyio
-
+    async def call(
+        self, session: Session, name: str, task_id: str, arguments: dict[str, Any], progress: Progress | None = None
+    ) -> dict[str, Any]:
+        """One episode call: counted against the rate (reading the file is free), recorded as a step, the
+        episode ended by submit. The calls of one session on one task take turns."""
         self._allowed(task_id)
-        wait = session.rate.take()
-        if wait > 0:
-            raise UsageError(
-                f"rate limit: at most {self.settings.rate_per_minute} judge calls a minute; try again in {wait:.1f} s"
-            )
-        ep = session.episode(task_id)
-        left = self.settings.gpu_budget_s - session.gpu_spent_s
-        ep.tools.gpu_budget_s = ep.tools.gpu_spent_s + max(0.0, left)
-        out = await anyio.to_thread.run_sync(ep.tools.call, name, arguments)
-        session.gpu_spent_s += out.gpu_s
-        session.record(ep, name, arguments, out)
-        if out.status.startswith("error: "):
-            raise UsageError(out.result.get("error") or out.status)
-        if out.submission is None:
-            return out.result
-        return await self._submit(session, ep, task_id, out)
+        if session.ended is not None:
+            raise UsageError("this session has ended")
+        if name != "read_file":
+            wait = session.rate.take()
+            if wait > 0:
+                raise UsageError(
+                    f"rate limit: at most {self.settings.rate_per_minute} calls a minute; try again in {wait:.1f} s"
+                )
+        async with session.lock(task_id):
+            if session.ended is not None:
+                raise UsageError("this session has ended")
+            ep = session.episode(task_id)
+            out = await _in_thread(functools.partial(ep.tools.call, name, arguments), name, progress)
+            if ep.closed:  # the session ended while the call ran: its episode is closed, nothing more is written
+                raise UsageError("the session ended while this call ran")
+            session.record(ep, name, arguments, out)
+            if out.status.startswith("error: "):
+                raise UsageError(out.result.get("error") or out.status)
+            if out.submission is None:
+                return {**out.result, "budget_left": session.left()}
+            return await self._submit(session, ep, task_id, out)
 
     async def _submit(self, session: Session, ep: _Open, task_id: str, out: ToolOutcome) -> dict[str, Any]:
         import anyio
@@ -385,26 +531,56 @@ class Judge:
         )
         row = session.end(task_id, sample, SUBMITTED)
         spec = ep.tools.spec
-        try:
-            result = await anyio.to_thread.run_sync(_judge_locked, candidate_of(sample), spec, self.settings.gpu)
-        except JudgeFailed as exc:
-            return {
-                "submitted": True,
-                "sample_id": sample.id,
-                "episode_id": row.id,
-                "judged": False,
-                "error": f"the kernel is stored but the judge failed on it: {exc}",
-            }
-        evidence = {"agent": {"episode_id": row.id, "status": row.status, "tool_calls": row.tool_calls}}
-        evaluation = add_judgement(self.db, result, sample.id, EVALUATION_SOURCE, evidence)  # type: ignore[arg-type]
+        # A stored kernel is judged even if its client goes away meanwhile.
+        with anyio.CancelScope(shield=True):
+            try:
+                result = await anyio.to_thread.run_sync(_judge_locked, candidate_of(sample), spec, self.settings.gpu)
+            except JudgeFailed as exc:
+                return {
+                    "submitted": True,
+                    "sample_id": sample.id,
+                    "episode_id": row.id,
+                    "judged": False,
+                    "error": f"the kernel is stored but the judge failed on it: {exc}",
+                }
+            evidence = {"agent": {"episode_id": row.id, "status": row.status, "tool_calls": row.tool_calls}}
+            evaluation = add_judgement(self.db, result, sample.id, EVALUATION_SOURCE, evidence)  # type: ignore[arg-type]
         return {
             "submitted": True,
             "sample_id": sample.id,
             "episode_id": row.id,
             "status": evaluation.status,
             "category": evaluation.category,
-            "note": "judged in full; the held-out sizes' results stay in the store",
+            "note": "judged in full; the held-out sizes' results stay in the store; a later call on this task "
+            "opens a new episode with an empty file",
+            "budget_left": session.left(),
         }
+
+
+async def _in_thread(work: Callable[[], ToolOutcome], name: str, progress: Progress | None) -> ToolOutcome:
+    """`work` on a thread, with a progress notification every few seconds while it runs. A cancelled
+    caller (its client gone) stops waiting; the thread finishes on its own."""
+    import anyio
+
+    if progress is None:
+        return await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
+    answer: list[ToolOutcome] = []
+    async with anyio.create_task_group() as tg:
+
+        async def beat() -> None:
+            started = time.monotonic()
+            while True:
+                await anyio.sleep(PROGRESS_EVERY_S)
+                elapsed = time.monotonic() - started
+                try:
+                    await progress(elapsed, f"{name}: running for {elapsed:.0f} s")
+                except Exception:  # a client that cannot take notifications still gets its answer
+                    return
+
+        tg.start_soon(beat)
+        answer.append(await anyio.to_thread.run_sync(work, abandon_on_cancel=True))
+        tg.cancel_scope.cancel()
+    return answer[0]
 
 
 def _judge_locked(extracted: Any, spec: Any, gpu: bool) -> Any:
@@ -412,102 +588,3 @@ def _judge_locked(extracted: Any, spec: Any, gpu: bool) -> Any:
 
     with GPU_LOCK:
         return judge_sample(extracted, spec, gpu=gpu)
-
-
-def build_server(settings: McpSettings) -> Any:
-    """The MCPServer with the tools bound to a Judge over the store. Raises ImportError without `mcp`."""
-    from mcp.server.mcpserver import Context, MCPServer
-    from mcp.server.mcpserver.exceptions import ToolError
-
-    judge = Judge(settings)
-
-    @asynccontextmanager
-    async def lifespan(_server: Any) -> AsyncIterator[Judge]:
-        try:
-            yield judge
-        finally:
-            judge.close()
-
-    server = MCPServer(
-        SERVER_NAME,
-        instructions=(
-            "PTXBench judges GPU kernels written in architecture-specific PTX. list_tasks and describe_task "
-            "say what to write; assemble, check and time judge a kernel as you work on it; submit hands in "
-            "the final kernel for a task (judged in full; the episode ends)."
-        ),
-        lifespan=lifespan,
-        log_level="WARNING",
-    )
-
-    def session_of(ctx: Context) -> Session:
-        key, client = "stdio", None
-        try:
-            key = getattr(ctx.request_context, "session_id", None) or key
-        except (AttributeError, LookupError, RuntimeError):  # no request context: one session then
-            pass
-        try:
-            params = ctx.session.client_params
-            info = params.client_info if params is not None else None
-            client = f"{info.name}" if info is not None and info.name else None
-        except (AttributeError, LookupError, RuntimeError):  # a client that sent nothing about itself
-            client = None
-        return judge.session(str(key), client)
-
-    async def judged(ctx: Context, name: str, task: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        try:
-            return await judge.call(session_of(ctx), name, task, arguments)
-        except UsageError as exc:
-            raise ToolError(str(exc)) from None
-
-    def candidate(code: str, language: str, manifest: dict[str, Any] | None) -> dict[str, Any]:
-        return {"code": code, "language": language, **({"manifest": manifest} if manifest is not None else {})}
-
-    @server.tool(description="The tasks this server judges: id, title, arch, requested families, GPU here.")
-    def list_tasks() -> list[dict[str, Any]]:
-        return judge.list_tasks()
-
-    @server.tool(description="A task's prompt: what to compute, the interface, train sizes, the candidate format.")
-    def describe_task(task: str) -> str:
-        try:
-            return judge.describe_task(task)
-        except UsageError as exc:
-            raise ToolError(str(exc)) from None
-
-    @server.tool(description="Assemble a kernel for the task with ptxas and inspect it (runs nothing).")
-    async def assemble(
-        task: str, code: str, ctx: Context, language: str = "ptx", manifest: dict[str, Any] | None = None
-    ) -> dict[str, Any]:
-        return await judged(ctx, "assemble", task, candidate(code, language, manifest))
-
-    @server.tool(description="Run and verify a kernel at the task's train sizes on the GPU (no timing).")
-    async def check(
-        task: str, code: str, ctx: Context, language: str = "ptx", manifest: dict[str, Any] | None = None
-    ) -> dict[str, Any]:
-        return await judged(ctx, "check", task, candidate(code, language, manifest))
-
-    @server.tool(
-        name="time", description="Time a kernel at the headline size against the library (speedup, speed of light)."
-    )
-    async def time_kernel(
-        task: str, code: str, ctx: Context, language: str = "ptx", manifest: dict[str, Any] | None = None
-    ) -> dict[str, Any]:
-        return await judged(ctx, "time", task, candidate(code, language, manifest))
-
-    @server.tool(description="Submit the final kernel for a task: judged in full; the task's episode ends.")
-    async def submit(
-        task: str, code: str, ctx: Context, language: str = "ptx", manifest: dict[str, Any] | None = None
-    ) -> dict[str, Any]:
-        return await judged(ctx, "submit", task, candidate(code, language, manifest))
-
-    return server
-
-
-def serve(settings: McpSettings, transport: str = "stdio", port: int = 8765) -> None:
-    """Run the server until the client goes away (stdio) or the process is stopped."""
-    if transport not in TRANSPORTS:
-        raise UsageError(f"--transport: use {', '.join(TRANSPORTS)}")
-    server = build_server(settings)
-    if transport == "stdio":
-        server.run("stdio")
-    else:
-        server.run(transport, host=HOST, port=port)

@@ -85,7 +85,8 @@ def test_an_episode_lands_a_judged_kernel_and_its_trajectory(tmp_path: Path, sto
     assert evaluation.evidence["agent"]["episode_id"] == episode.id
     assert episode_for_sample(store, sample.id).id == episode.id
     # The protocol on the wire: tools offered, both parallel calls answered by id in the next request.
-    assert requests[0]["tools"] == ["assemble", "check", "time", "submit"]
+    assert requests[0]["tools"] == ["write_file", "edit_file", "apply_patch", "read_file",
+                                    "assemble", "check", "time", "submit"]
     second = requests[1]["messages"]
     calls = second[-3]["tool_calls"]
     answers = [m for m in second if m["role"] == "tool"]
@@ -153,7 +154,7 @@ def test_the_tools_hide_seeds_and_say_what_they_need() -> None:
     assert scrub("trial failed (seed 4242424242): wrong", (4242424242,)) == "trial failed (a trial input): wrong"
     assert "seed" not in scrub("seeds [12, 34] differ")
     names = [t["function"]["name"] for t in tool_schemas()]
-    assert names == ["assemble", "check", "time", "submit"]
+    assert names == ["write_file", "edit_file", "apply_patch", "read_file", "assemble", "check", "time", "submit"]
     tools = JudgeTools(get_task(TASK), GpuAccess(archs=("sm_100a",), enabled=True))
     out = tools.call("time", json.dumps(expert_arguments(TASK)))
     assert out.status == "skipped: no sm_90a device" and out.gpu_s == 0

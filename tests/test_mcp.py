@@ -59,7 +59,8 @@ def test_an_mcp_client_lists_and_calls_the_tools(tmp_path: Path) -> None:
         return tools, listed, described, assembled, checked, broken, unknown, submitted, left_open
 
     tools, listed, described, assembled, checked, broken, unknown, submitted, left_open = _session(db, calls)
-    assert {t.name for t in tools.tools} == {"list_tasks", "describe_task", "assemble", "check", "time", "submit"}
+    assert {t.name for t in tools.tools} == {"list_tasks", "describe_task", "write_file", "edit_file", "apply_patch",
+                                            "read_file", "assemble", "check", "time", "submit"}
     assert TASK in _text(listed) and "sm_90a" in _text(listed)
     from ptxbench.tasks.spec import get_task
 
@@ -79,7 +80,7 @@ def test_an_mcp_client_lists_and_calls_the_tools(tmp_path: Path) -> None:
     conn = sqlite3.connect(db)
     rows = conn.execute("SELECT m.name, m.kind FROM runs r JOIN models m ON m.id = r.model_id "
                         "WHERE r.params LIKE '%\"mode\": \"mcp\"%'").fetchall()
-    assert rows == [("test-agent", "agent")]
+    assert rows == [("test-agent (mcp)", "agent")]  # namespaced: a client never names itself into another model
     episodes = conn.execute("SELECT task_id, status, tool_calls, sample_id FROM agent_episodes ORDER BY id").fetchall()
     assert episodes[0][:3] == (TASK, "submitted", 4)
     # The episode the session left open ended with it, without a kernel.
@@ -98,9 +99,9 @@ def test_calls_past_the_rate_are_refused_and_the_agent_name_can_be_given(tmp_pat
 
     results = _session(db, calls, "--rate", "2", "--agent-name", "my-agent")
     assert [r.is_error for r in results] == [False, False, True]
-    assert "rate limit: at most 2 judge calls a minute" in _text(results[2])
+    assert "rate limit: at most 2 calls a minute" in _text(results[2])
     names = sqlite3.connect(db).execute("SELECT name FROM models WHERE kind = 'agent'").fetchall()
-    assert names == [("my-agent",)]
+    assert names == [("my-agent (mcp)",)]
 
 
 def test_the_rate_limit_refills_with_time() -> None:
