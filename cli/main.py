@@ -12,6 +12,7 @@ from ptxbench.cli import fixit
 from ptxbench.cli.check import check_command
 from ptxbench.cli.conventions import register
 from ptxbench.cli.eval import eval_command
+from ptxbench.cli.export import export_command
 from ptxbench.cli.import_ import import_command
 from ptxbench.cli.mcp import mcp_command
 from ptxbench.cli.migrate import migrate_command
@@ -46,6 +47,7 @@ COMMANDS = (
     ("eval", eval_command),
     ("mcp", mcp_command),
     ("migrate", migrate_command),
+    ("export", export_command),
     ("tui", tui_command),
 )
 register(app, COMMANDS, pass_through=("tui",))

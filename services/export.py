@@ -20,13 +20,13 @@ from typing import Any
 from ptxbench.db.export import SAMPLE_SCHEMA, TRAJECTORY_SCHEMA, sample_records, trajectory_records
 from ptxbench.db.files import atomic_output, check_output
 from ptxbench.db.reader import StoreReader
-from ptxbench.services.errors import ServiceError
+from ptxbench.services.errors import UsageError
 
 KINDS = {"samples": SAMPLE_SCHEMA, "trajectories": TRAJECTORY_SCHEMA}
 FORMATS = ("jsonl", "parquet")
 
 
-class ExportFailed(ServiceError):
+class ExportFailed(UsageError):
     pass
 
 

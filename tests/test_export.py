@@ -84,3 +84,17 @@ def test_an_export_never_writes_over_a_store_and_says_what_it_cannot_do(store, t
         export(store, "runs", tmp_path / "x.jsonl")
     with pytest.raises(ExportFailed, match="no store"):
         export(tmp_path / "missing.sqlite", "samples", tmp_path / "x.jsonl")
+
+
+def test_the_command_writes_and_refuses_as_the_service_does(store, tmp_path):
+    from typer.testing import CliRunner
+
+    from ptxbench.cli.main import app
+
+    out = tmp_path / "s.jsonl"
+    result = CliRunner().invoke(app, ["export", "samples", "--db", str(store), "--out", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    said = json.loads(result.stdout)
+    assert said["records"] == len(_lines(out)) and said["records_schema"] == "ptxbench.sample/1"
+    refused = CliRunner().invoke(app, ["export", "samples", "--db", str(store), "--out", str(store)])
+    assert refused.exit_code == 2 and "nothing was written" in refused.output
