@@ -236,3 +236,49 @@ def families_ran(evidence: dict[str, Any]) -> str | None:
         return f"requested families run: not measured ({cov.note})"
     parts = [f"{f.family} at {f.ran} of {f.looked} sizes" for f in cov.families]
     return "requested families run (the marked copy): " + ", ".join(parts) if parts else None
+
+
+# -- tables that read anywhere ---------------------------------------------------------------------
+
+# At this width or under a wide table's cells would be cut to `…`: Markdown, with every cell whole.
+NARROW = 80
+
+
+def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table with every cell whole (`|` escaped, line breaks as spaces)."""
+
+    def cell(value: str) -> str:
+        return " ".join(str(value).split("\n")).replace("|", "\\|")
+
+    lines = ["| " + " | ".join(cell(h) for h in headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def fits(console: Console, table: Table) -> bool:
+    """Whether `table` shows whole: on a terminal wider than NARROW columns that holds its every cell."""
+    if not console.is_terminal or console.width <= NARROW:
+        return False
+    # Measured without the terminal's bound (a measurement is clamped to the width it is given).
+    unbounded = console.options.update(max_width=1 << 20)
+    return console.measure(table, options=unbounded).maximum <= console.width
+
+
+def print_grid(console: Console, title: str, headers: list[tuple[str, str]], rows: list[list[str]],
+               notes: list[str] | None = None) -> None:
+    """A rich table (`headers`: title and justification of each column) where it fits the terminal;
+    piped, on a narrow terminal, or too wide for it, the same cells as a Markdown table."""
+    table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    for head, justify in headers:
+        table.add_column(head, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    for row in rows:
+        table.add_row(*row)
+    if fits(console, table):
+        console.print(table)
+        for note in notes or []:
+            console.print(note, style="dim", markup=False, highlight=False)
+        return
+    text = f"{title}\n\n" + markdown_table([h for h, _ in headers], rows)
+    if notes:
+        text += "\n" + "\n\n".join(notes) + "\n"
+    console.print(text, markup=False, highlight=False, soft_wrap=True, end="")

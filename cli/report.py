@@ -6,6 +6,13 @@ speedups and pass@k, grouped by any of task, model, arch, context, split and
 turn budget. A rate of "—" means nothing was known (for example correctness
 on a machine with no GPU).
 
+`--headline` is the paper's table (cli/headline.py, docs/headline.md); `--fallback` the generic-fallback
+finding: of the correct kernels, the share that use the requested families and the share that fall
+back to generic code, and the speed of each group.
+
+A table goes to a terminal as a rich table where it fits; piped, at 80 columns or fewer, or wider
+than the terminal, the same cells come as a Markdown table, never cut to `…`.
+
 `--json`, `--csv` and `--markdown` never write over the store, its -wal, -shm or -journal, or
 any other SQLite file (refused before the store is read, nothing written), and a file is
 written whole or not at all (cli/conventions.py `write_file`).
@@ -52,7 +59,7 @@ def _num(value: float | None, suffix: str = "×") -> str:
 def report_command(
     db_path: Annotated[Optional[Path], typer.Option("--db", help="store (default: $PTXBENCH_DB or the user data folder)")] = None,
     by: Annotated[str, typer.Option("--by", help="group keys, comma-separated: task, model, arch, context, split, turns")] = "model,context,split",
-    turn_budgets: Annotated[str, typer.Option("--turn-budgets", help="budgets for --by turns")] = "1,4,8",
+    turn_budgets: Annotated[str, typer.Option("--turn-budgets", help="budgets for --by turns and --headline (the paper's are 1, 4, 8)")] = "1,4,8",
     split: Annotated[str, typer.Option("--split", help="train or heldout, when not grouping by split")] = "train",
     model: Annotated[Optional[str], typer.Option("--model", help="only these models (comma-separated)")] = None,
     task: Annotated[Optional[str], typer.Option("--task", help="only these tasks (comma-separated)")] = None,
@@ -62,8 +69,9 @@ def report_command(
     include_reference: Annotated[bool, typer.Option("--include-reference", help="count expert solutions and mutations too")] = False,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="write the rows as JSON to this file ('-' for stdout)")] = None,
     csv_out: Annotated[Optional[Path], typer.Option("--csv", help="write the rows as CSV to this file ('-' for stdout)")] = None,
-    headline: Annotated[bool, typer.Option("--headline", help="the paper's table: one row per model × arch × task × context at each turn budget, the paper's numbers beside (docs/headline.md)")] = False,
-    markdown_out: Annotated[Optional[Path], typer.Option("--markdown", help="with --headline: write the table as Markdown to this file ('-' for stdout)")] = None,
+    headline: Annotated[bool, typer.Option("--headline", help="the paper's table, like for like: one row per model × device × arch × task × context at each turn budget, counting trajectories run with at least that many turns, the paper's numbers beside (docs/headline.md)")] = False,
+    fallback: Annotated[bool, typer.Option("--fallback", help="the generic-fallback finding: of the correct kernels per model × task × context, the share using the requested families and the share in generic code, and each group's speed (docs/headline.md)")] = False,
+    markdown_out: Annotated[Optional[Path], typer.Option("--markdown", help="write the table as Markdown to this file ('-' for stdout)")] = None,
 ) -> None:
     """Rates, fast_p, speedups and pass@k per task, model, context level, split and turn budget."""
     from ptxbench.cli.terminal import console
@@ -77,37 +85,53 @@ def report_command(
         raise fail("report", "--turn-budgets and --run take integers") from None
     if not budgets or min(budgets) < 1:
         raise fail("report", "--turn-budgets: give budgets of 1 or more")
-    if markdown_out is not None and not headline:
-        raise fail("report", "--markdown goes with --headline")
+    if headline and fallback:
+        raise fail("report", "--headline and --fallback are two reports: ask for one")
     store = _store_path(db_path)
     check_outputs("report", (json_out, csv_out, markdown_out), stores=[store])
+    to_stdout = "-" in (str(json_out), str(csv_out), str(markdown_out))
+    filters = dict(tasks=_split_list(task), models=_split_list(model), archs=_split_list(arch),
+                   contexts=_split_list(context), run_ids=run_ids, include_reference=include_reference)
+    if fallback:
+        from ptxbench.cli import headline as table
+        from ptxbench.services.metrics import fallback as compute_fallback
+
+        with reported("report"):
+            found = compute_fallback(db_path, **filters)
+        if json_out is not None:
+            _write(json_out, table.fallback_json(found), store)
+        if csv_out is not None:
+            _write(csv_out, _csv([r.flat() for r in found]), store)
+        if markdown_out is not None:
+            _write(markdown_out, table.fallback_markdown(found), store)
+        if not to_stdout:
+            table.fallback_render(console(), found)
+        return
     if headline:
         from ptxbench.cli import headline as table
         from ptxbench.services.metrics import headline as compute, paper_source
 
         with reported("report"):
-            lines = compute(db_path, turn_budgets=budgets, tasks=_split_list(task), models=_split_list(model),
-                            archs=_split_list(arch), contexts=_split_list(context), run_ids=run_ids,
-                            include_reference=include_reference)
+            lines = compute(db_path, turn_budgets=budgets, **filters)
         if json_out is not None:
-            _write(json_out, table.json_text(lines), store)
+            _write(json_out, table.json_text(lines, paper_source()), store)
         if csv_out is not None:
             _write(csv_out, _csv([table.flat(line) for line in lines]), store)
         if markdown_out is not None:
             _write(markdown_out, table.markdown(lines, paper_source()), store)
-        if "-" not in (str(json_out), str(csv_out), str(markdown_out)):
-            table.render(console(width=max(console().width, 200)), lines, paper_source())
+        if not to_stdout:
+            table.render(console(), lines, paper_source())
         return
     with reported("report"):
-        rows = metrics(db_path, group_by=group_by, split=split, turn_budgets=budgets, tasks=_split_list(task),
-                       models=_split_list(model), archs=_split_list(arch), contexts=_split_list(context),
-                       run_ids=run_ids, include_reference=include_reference)
+        rows = metrics(db_path, group_by=group_by, split=split, turn_budgets=budgets, **filters)
     flat = [r.as_dict() for r in rows]
     if json_out is not None:
         _write(json_out, json.dumps(flat, indent=2, default=str) + "\n", store)
     if csv_out is not None:
         _write(csv_out, _csv(flat), store)
-    if "-" not in (str(json_out), str(csv_out)):
+    if markdown_out is not None:
+        _write(markdown_out, markdown(rows, group_by), store)
+    if not to_stdout:
         render(console(), rows, group_by)
 
 
@@ -145,43 +169,47 @@ def _csv(rows: list[dict[str, Any]]) -> str:
     return buffer.getvalue()
 
 
+NOTE = ("n = trajectories; rates are over trajectories whose fact is known (— = nothing known, e.g. correctness "
+        "without a GPU); pass@k is the unbiased estimator over samples of a task.")
+
+
+def _grid(rows: list[Any], group_by: list[str]) -> tuple[list[tuple[str, str]], list[list[str]]]:
+    """The metrics table's columns (title, justification) and cells."""
+    keys = [k for k in ("task", "model", "arch", "context") if k in group_by]
+    turns = "turns" in group_by
+    fast_keys = sorted(rows[0].fast) if rows else []
+    pass_keys = sorted(rows[0].pass_at) if rows else []
+    headers = [(k, "left") for k in keys] + [("split", "left")] + ([("turns", "right")] if turns else [])
+    headers += [("n", "right")] + [(label, "right") for _, label in RATE_COLUMNS]
+    headers += [(f"fast_{p:g}", "right") for p in fast_keys] + [("geomean", "right"), ("best", "right")]
+    headers += [(f"pass@{k}", "right") for k in pass_keys]
+    cells = []
+    for r in rows:
+        row = [str(getattr(r, k)) for k in keys] + [r.split]
+        if turns:
+            row.append("all" if r.turn_budget is None else str(r.turn_budget))
+        row.append(str(r.trajectories))
+        row += [_pct(getattr(r, attr)) for attr, _ in RATE_COLUMNS]
+        row += [_pct(r.fast[p]) for p in fast_keys]
+        row += [_num(r.geomean_speedup), _num(r.best_speedup)]
+        row += [_pct(r.pass_at[k]) for k in pass_keys]
+        cells.append(row)
+    return headers, cells
+
+
+def markdown(rows: list[Any], group_by: list[str]) -> str:
+    from ptxbench.cli.render import markdown_table
+
+    headers, cells = _grid(rows, group_by)
+    return markdown_table([h for h, _ in headers], cells) + f"\n{NOTE}\n"
+
+
 def render(console: Any, rows: list[Any], group_by: list[str]) -> None:
-    from rich.table import Table
+    from ptxbench.cli.render import print_grid
 
     if not rows:
         console.print("no judged samples match (expert and mutation rows are left out without --include-reference)",
                       markup=False)
         return
-    keys = [k for k in ("task", "model", "arch", "context") if k in group_by]
-    table = Table(title="PTXBench metrics", title_justify="left", show_edge=False, pad_edge=False)
-    for key in keys:
-        table.add_column(key, no_wrap=True)
-    table.add_column("split")
-    if "turns" in group_by:
-        table.add_column("turns", justify="right")
-    table.add_column("n", justify="right")
-    for _, label in RATE_COLUMNS:
-        table.add_column(label, justify="right")
-    fast_keys = sorted(rows[0].fast)
-    for p in fast_keys:
-        table.add_column(f"fast_{p:g}", justify="right")
-    table.add_column("geomean", justify="right")
-    table.add_column("best", justify="right")
-    pass_keys = sorted(rows[0].pass_at)
-    for k in pass_keys:
-        table.add_column(f"pass@{k}", justify="right")
-    for r in rows:
-        cells = [str(getattr(r, k)) for k in keys]
-        cells.append(r.split)
-        if "turns" in group_by:
-            cells.append("all" if r.turn_budget is None else str(r.turn_budget))
-        cells.append(str(r.trajectories))
-        cells += [_pct(getattr(r, attr)) for attr, _ in RATE_COLUMNS]
-        cells += [_pct(r.fast[p]) for p in fast_keys]
-        cells += [_num(r.geomean_speedup), _num(r.best_speedup)]
-        cells += [_pct(r.pass_at[k]) for k in pass_keys]
-        table.add_row(*cells)
-    console.print(table)
-    console.print("n = trajectories; rates are over trajectories whose fact is known (— = nothing known, e.g. "
-                  "correctness without a GPU); pass@k is the unbiased estimator over samples of a task.",
-                  style="dim", markup=False)
+    headers, cells = _grid(rows, group_by)
+    print_grid(console, "PTXBench metrics", headers, cells, [NOTE])

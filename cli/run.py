@@ -2,6 +2,8 @@
 
 Running the same command again resumes the run: turns already stored are not
 asked again. Several context levels (`--context brief,full`) make one run each.
+A run keeps the turn budget it was made with: the same run asked again with
+another `--turns` is refused (exit 2), and `--run-name` starts a new one.
 
 `--gpus all|N|0,2,5` (with `--workers-per-gpu`) judges the turns on a pool of GPU workers here,
 `--cluster tcp://host:8786` (or `local[:N]`) on a Dask cluster, as `ptxbench eval` does

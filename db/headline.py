@@ -1,45 +1,67 @@
-"""The headline table: one row per model × arch × task × context level × turn budget.
+"""The headline table: one row per model × device × arch × task × context level × turn budget.
 
-The question the paper answers, over what the store holds (`ptxbench report --headline`, the
-explorer's Plots view). Units are trajectories as in db/metrics.py (a first turn and the turns
-that follow it; an agent episode's kernel is a trajectory of one sample whose turn is the reply it
-was submitted on), each sample speaking through the evaluation db/verdict.py picks. Within a
-budget T a trajectory counts its turns up to T; one with no turn by then (an agent that submitted
-later) counts as failing every question at T.
+The question the paper answers, asked like for like over what the store holds (`ptxbench report
+--headline`, the explorer's Plots view). Units are trajectories as in db/metrics.py (a first turn
+and the turns that follow it), each sample speaking through the evaluation db/verdict.py picks.
 
-Budgets: 1, 4 and 8, cut at the run's own budget (its `turns`, else the last turn stored), which
-is added when it is not one of them — a 3-turn run gets rows at 1 and 3.
+Turns and budgets, as run:
 
-Columns (a rate is over trajectories whose fact is known; `None` where none is):
+- A trajectory's budget is its run's: the `turns` the run was made with (a run may state one per
+  task, `turns_by_task`), else the deepest turn the run stored for any of its tasks, so a task
+  solved early is not given a smaller budget than its neighbours. A sample of no run (an expert
+  solution, a mutation) has the turns it stored. `ptxbench mcp` sessions have no turn limit.
+- An agent episode's kernel is a trajectory of one sample at the turn it was submitted on: the
+  reply (`ptxbench run --agent`), or for `ptxbench mcp`, which sees calls and not replies, the
+  number of calls that judged a kernel (assemble, check, time, and the submit itself).
+- A row at budget T counts the trajectories whose budget reaches T, each with its turns up to T;
+  one with no turn by then (an agent that submitted later) fails every question at T. A run made
+  with fewer turns than T is not in the row at T, so a 2-turn run never stands beside the paper's
+  8-turn number.
 
-- compile; correct at train sizes and, apart, at held-out sizes;
-- correct with every requested family in the SASS (`uses_sass`), and also executed where Nsight
-  Compute measured it;
-- fast₁.₀ and fast₁.₂: correct, every family in the SASS, and faster than the library by that;
-- best speedup and its fraction of the speed of light, over correct trajectories;
-- geometric-mean speedup over correct trajectories, and the mean speedup over all of them with a
-  failure counted as 0 (a geometric mean with a 0 in it is 0, which says nothing more);
-- pass@1 and pass@k (k = 5), success = correct with every family in the SASS;
-- tokens and cost per trajectory where the endpoint reported them (cost: agent episodes whose
-  endpoint reported `usage.cost`);
-- how many judged samples were `suspected_reward_hack`.
+Devices: a trajectory belongs to the GPU that judged its turns (the one most of them name), else
+to the GPU that judged the rest of its run on that arch, else to `no GPU`: an H100 result and an
+H200 result are never pooled, and a turn that failed to assemble stays in its run's row.
+
+Columns (a rate is over trajectories whose fact is known; `None` where none is). *Solved* is
+db/verdict.py's facts together: correct at the train sizes and at the held-out sizes, with every
+requested family in the code (`verdict.both`, `verdict.uses`), in one turn.
+
+- compile; correct at train sizes and, apart, at held-out sizes; solved; solved and executed where
+  the marked copy or Nsight Compute measured it;
+- fast₁.₀ and fast₁.₂: solved, and faster than the library by more than that (`verdict.fast`);
+- best speedup over solved trajectories and that kernel's fraction of the speed of light; 0 where
+  every trajectory is known not to be solved (as the paper writes it);
+- geometric-mean speedup over solved trajectories and over correct ones (train sizes, any code:
+  generic fallbacks included), and the mean over all with an unsolved trajectory counted as 0;
+- pass@1 and pass@k (k = 5), success = solved;
+- tokens and cost per trajectory where the endpoint reported them; judged samples whose verdict
+  is `suspected_reward_hack`.
 """
 
 from __future__ import annotations
 
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ptxbench.db import verdict
 from ptxbench.db.metrics import Tri, _and, _any, _rate, geometric_mean, pass_at_k, sample_filter, samples_joined
+from ptxbench.tasks.published import TURN_LIMITS
 
-HEADLINE_BUDGETS: tuple[int, ...] = (1, 4, 8)
+# The paper's turn limits: rows at any other budget (--turn-budgets) have no number of theirs beside them.
+HEADLINE_BUDGETS: tuple[int, ...] = TURN_LIMITS
 FAST_P: tuple[float, ...] = (1.0, 1.2)
 PASS_K: tuple[int, ...] = (1, 5)
 REWARD_HACK = "suspected_reward_hack"
+NO_GPU = "no GPU"
+# What an evaluation names as its device when no GPU ran it (db/judgement.py CPU_DEVICE and "no GPU").
+NOT_A_GPU = frozenset({"cpu (static stages only)", NO_GPU, ""})
+# services/mcp_server.AGENT and models/agent_tools.JUDGE_TOOLS (tests/test_headline.py holds them equal).
+MCP_AGENT = "ptxbench mcp"
+JUDGE_TOOLS: tuple[str, ...] = ("assemble", "check", "time", "submit")
+OPEN = "open"  # how a budget with no turn limit is written
 
 
 @dataclass
@@ -49,13 +71,18 @@ class _Turn:
     compiled: Tri
     correct: Tri
     correct_heldout: Tri
-    uses_sass: Tri
+    uses: Tri
     executed: Tri
     executed_measured: bool
     speedup: float | None
     sol_fraction: float | None
     tokens: int | None
     cost: float | None
+    gpu: str | None  # the GPU that ran its GPU stages; None: none did
+
+    @property
+    def solved(self) -> Tri:
+        return verdict.both(self.correct, self.correct_heldout, self.uses)
 
 
 @dataclass
@@ -63,30 +90,40 @@ class _Trajectory:
     key: tuple[str, str, str, str]  # model, arch, task, context
     run_id: int | None
     turns: list[_Turn] = field(default_factory=list)
+    budget: int | None = None  # None: no turn limit
+    device: str = NO_GPU
 
 
 @dataclass(frozen=True)
 class HeadlineRow:
     model: str
+    device: str
     arch: str
     task: str
     context: str
     turn_budget: int
+    budgets_as_run: str  # the budgets its trajectories were run with: "8", "4, 8", "open"
     trajectories: int
     compile_rate: float | None
     correct_train: float | None
     correct_heldout: float | None
-    correct_sass: float | None
-    correct_executed: float | None  # None: none was measured (no marked copy ran, no Nsight Compute)
+    solved: float | None  # correct at train and held-out sizes, every requested family used
+    solved_executed: float | None  # None: none was measured (no marked copy ran, no Nsight Compute)
     fast: dict[float, float | None]
-    best_speedup: float | None
+    best_speedup: float | None  # over solved trajectories; 0.0 when every one is known unsolved
     best_sol_fraction: float | None
-    geomean_speedup: float | None  # over correct trajectories
-    mean_speedup_fail0: float | None  # over all, a failure counted as 0
+    geomean_solved: float | None
+    geomean_correct: float | None  # correct at the train sizes, whatever the code
+    mean_speedup_fail0: float | None  # over all, an unsolved trajectory counted as 0
     pass_at: dict[int, float | None]
     tokens: float | None  # per trajectory, where reported
     cost: float | None  # per trajectory, where reported
     reward_hacks: int
+
+    @property
+    def correct_sass(self) -> float | None:
+        """The share the explorer's plot draws for all tasks: solved."""
+        return self.solved
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -97,20 +134,79 @@ class HeadlineRow:
         return d
 
 
+def _has_table(db: Any, name: str) -> bool:
+    return db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", [name]).fetchone() is not None
+
+
+def mcp_turns(db: Any) -> dict[int, int]:
+    """The turn of each `ptxbench mcp` episode's sample: the calls of the episode that judged a kernel
+    (an error answer judged nothing), at least 1."""
+    if not _has_table(db, "agent_episodes") or not _has_table(db, "agent_steps"):
+        return {}
+    tools = ", ".join(f"'{t}'" for t in JUDGE_TOOLS)
+    rows = db.execute(
+        f"""
+        SELECT a.sample_id, (SELECT count(*) FROM agent_steps st WHERE st.episode_id = a.id AND st.kind = 'tool'
+                             AND st.tool IN ({tools}) AND st.status NOT LIKE 'error: %')
+        FROM agent_episodes a WHERE a.agent = ? AND a.sample_id IS NOT NULL
+        """,
+        [MCP_AGENT],
+    ).fetchall()
+    return {sample_id: max(int(n), 1) for sample_id, n in rows}
+
+
+def _run_budgets(db: Any) -> tuple[dict[int, dict[str, Any]], dict[int, int]]:
+    """Each run's params, and the deepest turn it stored."""
+    params: dict[int, dict[str, Any]] = {}
+    for run_id, raw in db.execute("SELECT id, params FROM runs"):
+        try:
+            loaded = json.loads(raw or "{}")
+        except ValueError:
+            loaded = {}
+        params[run_id] = loaded if isinstance(loaded, dict) else {}
+    deepest = dict(db.execute("SELECT run_id, max(turn) FROM samples WHERE run_id IS NOT NULL GROUP BY run_id"))
+    return params, deepest
+
+
+def stored_turns(db: Any, run_id: int) -> int:
+    """The deepest turn a run has stored (0: none yet): once it has one, its budget is what its
+    trajectories were run with (models/generate.py refuses to change it)."""
+    row = db.execute("SELECT max(turn) FROM samples WHERE run_id = ?", [run_id]).fetchone()
+    return int(row[0] or 0)
+
+
+def _positive(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def budget_as_run(params: dict[str, Any] | None, task: str, deepest: int) -> int | None:
+    """The turn budget a task was run with (None: no limit), from its run's params: `ptxbench mcp`
+    has none; else the task's own `turns_by_task`, the run's `turns`, or the deepest turn stored."""
+    if params is None:
+        return deepest
+    if params.get("mode") == "mcp":
+        return None
+    per_task = params.get("turns_by_task")
+    if isinstance(per_task, dict) and _positive(per_task.get(task)):
+        return int(per_task[task])
+    return _positive(params.get("turns")) or deepest
+
+
 def _load(db: Any, *, tasks: Iterable[str] | None, models: Iterable[str] | None, archs: Iterable[str] | None,
           contexts: Iterable[str] | None, run_ids: Iterable[int] | None,
-          include_reference: bool) -> tuple[list[_Trajectory], dict[int, int]]:
+          include_reference: bool) -> list[_Trajectory]:
     where, params = sample_filter(tasks=tasks, models=models, archs=archs, contexts=contexts, run_ids=run_ids,
                                   include_reference=include_reference)
-    has_episodes = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'agent_episodes'").fetchone() is not None
-    cost = "(SELECT SUM(a.cost) FROM agent_episodes a WHERE a.sample_id = s.id)" if has_episodes else "NULL"
+    cost = "(SELECT SUM(a.cost) FROM agent_episodes a WHERE a.sample_id = s.id)" if _has_table(db, "agent_episodes") \
+        else "NULL"
     rows = db.execute(
         f"""
         SELECT s.id, s.turn, s.run_id, COALESCE(m.name, '(no model)'), t.arch, s.task_id,
                COALESCE(r.context_level, 'none'), e.category, e.compiled, e.correct, e.correct_heldout,
-               e.uses_sass, e.executed, e.speedup, e.sol_fraction,
+               e.uses_ptx, e.uses_sass, e.executed, e.speedup, e.sol_fraction,
                CASE WHEN s.tokens_in IS NULL AND s.tokens_out IS NULL THEN NULL
-                    ELSE COALESCE(s.tokens_in, 0) + COALESCE(s.tokens_out, 0) END, {cost}
+                    ELSE COALESCE(s.tokens_in, 0) + COALESCE(s.tokens_out, 0) END, {cost},
+               CASE WHEN e.status = '{verdict.COMPLETE_STATUS}' THEN e.device END
         {samples_joined(db)}
         {where}
         ORDER BY s.id
@@ -118,14 +214,8 @@ def _load(db: Any, *, tasks: Iterable[str] | None, models: Iterable[str] | None,
         params,
     ).fetchall()
     parents = dict(db.execute("SELECT id, parent_id FROM samples WHERE parent_id IS NOT NULL").fetchall())
-    run_turns: dict[int, int] = {}
-    for run_id, raw in db.execute("SELECT id, params FROM runs"):
-        try:
-            turns = json.loads(raw or "{}").get("turns")
-        except ValueError:
-            turns = None
-        if isinstance(turns, int) and turns > 0:
-            run_turns[run_id] = turns
+    run_params, deepest = _run_budgets(db)
+    mcp = mcp_turns(db)
 
     def root(sample_id: int) -> int:
         seen = {sample_id}
@@ -135,22 +225,47 @@ def _load(db: Any, *, tasks: Iterable[str] | None, models: Iterable[str] | None,
         return sample_id
 
     trajectories: dict[int, _Trajectory] = {}
-    for (sid, turn, run_id, model, arch, task, context, category, compiled, correct, correct_heldout, uses_sass,
-         executed, speedup, sol, tokens, spent) in rows:
+    for (sid, turn, run_id, model, arch, task, context, category, compiled, correct, correct_heldout, uses_ptx,
+         uses_sass, executed, speedup, sol, tokens, spent, device) in rows:
         traj = trajectories.setdefault(root(sid), _Trajectory((model, arch, task, context), run_id))
         traj.turns.append(_Turn(
-            turn=turn, category=category, compiled=verdict.fact(compiled, category, "compiled"),
-            correct=verdict.fact(correct, category, "correct"), correct_heldout=verdict.fact(correct_heldout, category, "correct"),
-            uses_sass=verdict.fact(uses_sass, category, "uses"), executed=verdict.fact(executed, category, "executed"),
-            executed_measured=executed is not None, speedup=speedup if speedup and speedup > 0 else None,
-            sol_fraction=sol, tokens=tokens, cost=spent))
-    return list(trajectories.values()), run_turns
+            turn=mcp.get(sid, turn), category=category, compiled=verdict.fact(compiled, category, "compiled"),
+            correct=verdict.fact(correct, category, "correct"),
+            correct_heldout=verdict.fact(correct_heldout, category, "correct"),
+            uses=verdict.uses(verdict.fact(uses_ptx, category, "uses"), verdict.fact(uses_sass, category, "uses")),
+            executed=verdict.fact(executed, category, "executed"), executed_measured=executed is not None,
+            speedup=speedup if speedup and speedup > 0 else None, sol_fraction=sol, tokens=tokens, cost=spent,
+            gpu=device if device and device not in NOT_A_GPU else None))
+
+    # Devices: the trajectory's own GPU, else its run's (or, with no run, its model's) on that arch.
+    scope_gpus: dict[tuple[Any, str], Counter[str]] = defaultdict(Counter)
+    own: dict[int, str | None] = {}
+    for key, traj in trajectories.items():
+        gpus = Counter(t.gpu for t in traj.turns if t.gpu)
+        own[key] = gpus.most_common(1)[0][0] if gpus else None
+        scope_gpus[_scope(traj)].update(gpus)
+    for key, traj in trajectories.items():
+        found = own[key] or next(iter(g for g, _ in scope_gpus[_scope(traj)].most_common(1)), None)
+        traj.device = found or NO_GPU
+        task = traj.key[2]
+        stored = max(t.turn for t in traj.turns)
+        if traj.run_id is None:
+            traj.budget = stored
+        else:
+            traj.budget = budget_as_run(run_params.get(traj.run_id), task, deepest.get(traj.run_id, stored))
+    return list(trajectories.values())
 
 
-def budgets_for(own: int, wanted: Sequence[int] = HEADLINE_BUDGETS) -> list[int]:
-    """The budgets a group of runs with `own` turns is shown at: those not above it, and its own."""
-    out = sorted({b for b in wanted if b <= own} | ({own} if own not in wanted else set()))
-    return out or [own]
+def _scope(traj: _Trajectory) -> tuple[Any, str]:
+    who = ("run", traj.run_id) if traj.run_id is not None else ("model", traj.key[0])
+    return who, traj.key[1]
+
+
+def budgets_written(budgets: Iterable[int | None]) -> str:
+    """`8`, `4, 8`, `open`: the budgets a row's trajectories were run with."""
+    values = set(budgets)
+    out = [str(b) for b in sorted(b for b in values if b is not None)]
+    return ", ".join(out + ([OPEN] if None in values else []))
 
 
 def headline(
@@ -166,35 +281,31 @@ def headline(
     run_ids: Iterable[int] | None = None,
     include_reference: bool = False,
 ) -> list[HeadlineRow]:
-    trajectories, run_turns = _load(db, tasks=tasks, models=models, archs=archs, contexts=contexts,
-                                    run_ids=run_ids, include_reference=include_reference)
-    groups: dict[tuple[str, str, str, str], list[_Trajectory]] = defaultdict(list)
+    trajectories = _load(db, tasks=tasks, models=models, archs=archs, contexts=contexts, run_ids=run_ids,
+                         include_reference=include_reference)
+    groups: dict[tuple[str, str, str, str, str], list[_Trajectory]] = defaultdict(list)
     for traj in trajectories:
-        groups[traj.key].append(traj)
+        model, arch, task, context = traj.key
+        groups[(model, traj.device, arch, task, context)].append(traj)
     rows = []
     for key in sorted(groups):
-        group = groups[key]
-        own = max(run_turns.get(t.run_id, 0) if t.run_id is not None else 0 for t in group)
-        own = own or max(turn.turn for t in group for turn in t.turns)
-        for budget in budgets_for(own, turn_budgets):
-            rows.append(HeadlineRow(*key, turn_budget=budget, **_row(group, budget, fast_p, ks)))
+        for budget in sorted(set(turn_budgets)):
+            reached = [t for t in groups[key] if t.budget is None or t.budget >= budget]
+            if reached:
+                rows.append(HeadlineRow(*key, turn_budget=budget, budgets_as_run=budgets_written(t.budget for t in reached),
+                                        **_row(reached, budget, fast_p, ks)))
     return rows
-
-
-def _fast(t: _Turn, p: float) -> Tri:
-    # The headline asks for every family in the SASS, so its "uses" is the SASS verdict alone.
-    return verdict.fast(t.correct, t.uses_sass, t.speedup, p)
 
 
 def _row(group: list[_Trajectory], budget: int, fast_p: Sequence[float], ks: Sequence[int]) -> dict[str, Any]:
     compiled: list[Tri] = []
     correct: list[Tri] = []
     heldout: list[Tri] = []
-    sass: list[Tri] = []
+    solved: list[Tri] = []
     executed: list[Tri] = []
     fast: dict[float, list[Tri]] = {p: [] for p in fast_p}
-    solved_all: list[Tri] = []
     best: list[tuple[float, float | None]] = []
+    correct_speeds: list[float] = []
     zero_filled: list[float] = []
     tokens: list[int] = []
     costs: list[float] = []
@@ -204,7 +315,7 @@ def _row(group: list[_Trajectory], budget: int, fast_p: Sequence[float], ks: Seq
         turns = [t for t in traj.turns if t.turn <= budget]
         if not turns:
             # Nothing by this budget (an agent that submitted later): it fails every question here.
-            for column in (compiled, correct, heldout, sass, executed, solved_all):
+            for column in (compiled, correct, heldout, solved, executed):
                 column.append(False)
             for p in fast_p:
                 fast[p].append(False)
@@ -213,20 +324,21 @@ def _row(group: list[_Trajectory], budget: int, fast_p: Sequence[float], ks: Seq
         compiled.append(_any(t.compiled for t in turns))
         correct.append(_any(t.correct for t in turns))
         heldout.append(_any(t.correct_heldout for t in turns))
-        solved = _any(_and(t.correct, t.uses_sass) for t in turns)
-        sass.append(solved)
-        solved_all.append(solved)
-        executed.append(_any(_and(t.correct, t.uses_sass, t.executed) for t in turns))
+        solved.append(_any(t.solved for t in turns))
+        executed.append(_any(_and(t.solved, t.executed) for t in turns))
         measured = measured or any(t.executed_measured for t in turns)
         for p in fast_p:
-            fast[p].append(_any(_fast(t, p) for t in turns))
-        speeds = [(t.speedup, t.sol_fraction) for t in turns if t.correct is True and t.speedup is not None]
+            fast[p].append(_any(verdict.fast(_and(t.correct, t.correct_heldout), t.uses, t.speedup, p) for t in turns))
+        speeds = [(t.speedup, t.sol_fraction) for t in turns if t.solved is True and t.speedup is not None]
         if speeds:
             top = max(speeds, key=lambda s: s[0])
             best.append(top)
             zero_filled.append(top[0])
-        elif correct[-1] is False:
-            zero_filled.append(0.0)  # failed: 0; correct but never timed (no GPU) is not known, so left out
+        elif solved[-1] is False:
+            zero_filled.append(0.0)  # unsolved: 0; solved but never timed is not known, so left out
+        timed = [t.speedup for t in turns if t.correct is True and t.speedup is not None]
+        if timed:
+            correct_speeds.append(max(timed))
         used = [t.tokens for t in turns if t.tokens is not None]
         if used:
             tokens.append(sum(used))
@@ -235,21 +347,24 @@ def _row(group: list[_Trajectory], budget: int, fast_p: Sequence[float], ks: Seq
             costs.append(sum(spent))
         hacks += sum(t.category == REWARD_HACK for t in turns)
     pass_at: dict[int, float | None] = {}
-    known = [v for v in solved_all if v is not None]
+    known = [v for v in solved if v is not None]
     for k in ks:
         pass_at[k] = pass_at_k(len(known), sum(known), k) if len(known) >= k else None
     peak = max(best, key=lambda s: s[0]) if best else None
+    # The paper writes 0 where no trajectory was correct; an unknown stays unknown.
+    none_solved = bool(solved) and all(v is False for v in solved)
     return dict(
         trajectories=len(group),
         compile_rate=_rate(compiled),
         correct_train=_rate(correct),
         correct_heldout=_rate(heldout),
-        correct_sass=_rate(sass),
-        correct_executed=_rate(executed) if measured else None,
+        solved=_rate(solved),
+        solved_executed=_rate(executed) if measured else None,
         fast={p: _rate(v) for p, v in fast.items()},
-        best_speedup=peak[0] if peak else None,
+        best_speedup=peak[0] if peak else (0.0 if none_solved else None),
         best_sol_fraction=peak[1] if peak else None,
-        geomean_speedup=geometric_mean(s for s, _ in best),
+        geomean_solved=geometric_mean(s for s, _ in best),
+        geomean_correct=geometric_mean(correct_speeds),
         mean_speedup_fail0=sum(zero_filled) / len(zero_filled) if zero_filled else None,
         pass_at=pass_at,
         tokens=sum(tokens) / len(tokens) if tokens else None,

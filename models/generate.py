@@ -38,6 +38,7 @@ from typing import Any, Protocol, TypeVar
 import sqlite_utils
 
 from ptxbench.db.generation import find_run, update_run_params
+from ptxbench.db.headline import stored_turns
 from ptxbench.db.judgement import add_judgement, evaluation_records
 from ptxbench.db.queries import find_sample, latest_evaluation, measurements_for
 from ptxbench.db.records import Evaluation, Model, Run, Sample
@@ -187,7 +188,7 @@ class ModelRun:
             "temperature": cfg.temperature,
             "max_tokens": cfg.max_tokens,
             "samples": max(cfg.samples, (previous or {}).get("samples", 0)),
-            "turns": max(cfg.turns, (previous or {}).get("turns", 0)),
+            "turns": cfg.turns,  # a resumed run has the same budget (open_or_resume refuses another)
             "tasks": tasks,
             "api_key_env": cfg.api_key_env,
             "concurrency": cfg.concurrency,
@@ -376,7 +377,9 @@ def open_or_resume(db: sqlite_utils.Database, model: Model, name: str, source: s
                    prompts: dict[str, Prompt], params: Callable[[dict[str, Any] | None], dict[str, Any]]
                    ) -> tuple[Run, bool]:
     """The model's run called `name`, resumed (its params brought up to date) or created: (run, resumed).
-    RunMismatch when the run found was made with another context level or other prompts."""
+    RunMismatch when the run found was made with another context level, other prompts, or another turn
+    budget: a run's budget is what its trajectories were run with, and the headline reads it (db/headline.py),
+    so a rerun never rewrites it."""
     assert model.id is not None
     run = find_run(db, model.id, name)
     if run is None:
@@ -385,6 +388,14 @@ def open_or_resume(db: sqlite_utils.Database, model: Model, name: str, source: s
     if run.context_level != context or run.prompt_version != PROMPT_VERSION:
         raise RunMismatch(f"run {run.id} ({run.name!r}) was made with context {run.context_level} and "
                           f"prompts {run.prompt_version}; choose another --run-name")
+    asked, had = params(None).get("turns"), run.params.get("turns")
+    if isinstance(asked, int) and isinstance(had, int) and asked != had and (
+            run.finished_at or stored_turns(db, run.id)):  # type: ignore[arg-type]
+        # A run that has nothing stored yet (one refused before its first reply) may still be asked anew.
+        state = "finished" if run.finished_at else "unfinished"
+        raise RunMismatch(f"run {run.id} ({run.name!r}, {state}) was made with {had} turns; --turns {asked} would "
+                          f"change the budget its trajectories were run with: give --turns {had} to resume it, or "
+                          "--run-name for a new run")
     stored = run.params.get("prompt_digests", {})
     changed = [t for t, p in prompts.items() if t in stored and stored[t] != p.digest]
     if changed:

@@ -9,12 +9,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ptxbench.db.fallback import FallbackRow
 from ptxbench.db.headline import HeadlineRow
 from ptxbench.db.metrics import GROUP_KEYS, MetricsRow, compute_metrics
 from ptxbench.tasks.published import Published
 from ptxbench.services.errors import UsageError
 
-__all__ = ["GROUP_KEYS", "HeadlineLine", "MetricsRow", "headline", "metrics"]
+__all__ = ["GROUP_KEYS", "FallbackRow", "HeadlineLine", "MetricsRow", "fallback", "headline", "metrics"]
 
 
 def metrics(db_path: Path | None, *, group_by: list[str], **filters: Any) -> list[MetricsRow]:
@@ -29,7 +30,7 @@ def metrics(db_path: Path | None, *, group_by: list[str], **filters: Any) -> lis
 
 @dataclass(frozen=True)
 class HeadlineLine:
-    """A headline row and, where the paper published a number for its task and budget, theirs."""
+    """A headline row and, where the paper published a number for its task at exactly its budget, theirs."""
 
     row: HeadlineRow
     paper: Published | None
@@ -37,12 +38,24 @@ class HeadlineLine:
 
 def headline(db_path: Path | None, **filters: Any) -> list[HeadlineLine]:
     """The headline table (db/headline.py) over the store at `db_path`, opened read-only, each row
-    beside the paper's best published number for its task at its budget. UsageError as `metrics`."""
+    beside the paper's best published number for its task at the same turn limit (none at a budget
+    the paper did not publish). UsageError as `metrics`."""
     from ptxbench.db.headline import headline as compute
-    from ptxbench.tasks.published import best_published
+    from ptxbench.tasks.published import TURN_LIMITS, best_published
 
     rows = _read(db_path, lambda db: compute(db, **filters))
-    return [HeadlineLine(r, best_published(r.task, r.turn_budget)) for r in rows]
+    return [
+        HeadlineLine(r, best_published(r.task, r.turn_budget) if r.turn_budget in TURN_LIMITS else None) for r in rows
+    ]
+
+
+def fallback(db_path: Path | None, **filters: Any) -> list[FallbackRow]:
+    """The generic-fallback finding (db/fallback.py) over the store at `db_path`, opened read-only.
+    UsageError as `metrics`."""
+    from ptxbench.db.fallback import fallback as compute
+
+    rows: list[FallbackRow] = _read(db_path, lambda db: compute(db, **filters))
+    return rows
 
 
 def paper_source() -> str:

@@ -152,7 +152,8 @@ def run(
     stop: RunStop | None = None,
 ) -> RunReport:
     """One run: ask, store, judge, feed back; on `judge`'s workers when given (`parallel_judge`), until `stop`
-    (services/batch.SignalStop: SIGINT/SIGTERM). Raises RunMismatch (a resumed run made with other prompts),
+    (services/batch.SignalStop: SIGINT/SIGTERM). Raises RunMismatch (a resumed run made with other prompts, or
+    with another turn budget once it has stored turns),
     EndpointError (the endpoint refused the run), StoreError."""
     return run_model(db, config, progress=progress, judge=judge, stop=stop)
 

@@ -160,3 +160,61 @@ def test_run_and_report_from_the_command_line(tmp_path: Path) -> None:
     refused = runner.invoke(app, ["run", "--model", "x", "--base-url", "http://127.0.0.1:9/v1", "--tasks", "nope",
                                   "--db", str(db)])
     assert refused.exit_code == 2 and "unknown task" in refused.output
+
+
+def test_piped_or_narrow_output_is_markdown_with_whole_cells(hand_store) -> None:
+    path, _ = hand_store
+    runner = CliRunner()
+    for columns in ("80", "250"):  # CliRunner's output is not a terminal, whatever its width
+        result = runner.invoke(app, ["report", "--db", str(path), "--by", "task,model,context,split"],
+                               env={"COLUMNS": columns})
+        assert result.exit_code == 0, result.output
+        assert "…" not in result.output
+        assert f"| {GEMM} | hand-model | brief | train | 4 | 75.0% | 50.0% | 75.0% | 50.0% | 50.0% | 25.0% | 0.0% | 0.775× " \
+               "| 1.200× | 50.0% | — | — |" in result.output
+    out = runner.invoke(app, ["report", "--db", str(path), "--by", "context", "--markdown", "-"])
+    assert out.exit_code == 0 and out.stdout.startswith("| context | split | n |")
+
+
+def test_a_table_is_rich_only_where_it_fits_a_terminal() -> None:
+    from ptxbench.cli.render import print_grid
+    from ptxbench.cli.terminal import console
+
+    headers = [("model", "left"), ("a long column title", "right")]
+    rows = [["a-model-with-a-long-name-" * 5, "1.000×"]]  # 125 characters
+    for width, rich in ((300, True), (80, False), (100, False)):  # 100: wider than 80, narrower than the table
+        buffer = io.StringIO()
+        print_grid(console(file=buffer, force_terminal=True, width=width), "t", headers, rows, ["note"])
+        text = buffer.getvalue()
+        assert "…" not in text and ("|---|" not in text) == rich, (width, text)
+        assert rows[0][0] in text
+    buffer = io.StringIO()
+    print_grid(console(file=buffer, width=300), "t", headers, rows)  # not a terminal
+    assert "| model | a long column title |" in buffer.getvalue()
+
+
+def test_a_finished_run_keeps_its_turn_budget(tmp_path: Path) -> None:
+    db = tmp_path / "budget.sqlite"
+    recording = {"replies": {"*": {"*": [{"content": "No kernel today."}]}}}
+    runner = CliRunner()
+    with LoopbackLLM(recording, tmp_path) as server:
+        base = ["run", "--model", "loopback-budget", "--base-url", server.base_url, "--tasks", "vector_add_smoke",
+                "--backoff", "0.01", "--gpu", "off", "--db", str(db)]
+        made = runner.invoke(app, [*base, "--turns", "8", "--create"])
+        assert made.exit_code == 0, made.output
+        again = runner.invoke(app, [*base, "--turns", "2"])
+        assert again.exit_code == 2
+        assert "was made with 8 turns" in again.output and "--run-name" in again.output
+        resumed = runner.invoke(app, [*base, "--turns", "8"])
+        assert resumed.exit_code == 0 and "resuming run 1" in resumed.output
+        fresh = runner.invoke(app, [*base, "--turns", "2", "--run-name", "two turns"])
+        assert fresh.exit_code == 0 and "starting run 2" in fresh.output
+    store = ensure_default_store(db)
+    params = dict(store.execute("SELECT id, params FROM runs").fetchall())
+    store.conn.close()
+    assert json.loads(params[1])["turns"] == 8 and json.loads(params[2])["turns"] == 2
+    result = runner.invoke(app, ["report", "--headline", "--db", str(db), "--csv", "-"])
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    # Run 1's trajectory at 1, 4 and 8; run 2's only at 1: the turn-8 row is still run 1's alone.
+    assert [(r["turn_budget"], r["trajectories"], r["budgets_as_run"]) for r in rows] == [
+        ("1", "2", "2, 8"), ("4", "1", "8"), ("8", "1", "8")]

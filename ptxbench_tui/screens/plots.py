@@ -214,7 +214,7 @@ class PlotsScreen(ViewScreen):
 
     def _headline(self, colours: list[str]) -> None:
         """Per model (and context level): with a task chosen, its best speedup by turn budget beside the
-        paper's best published one (theirs); for all tasks, the share correct with every family in SASS."""
+        paper's best published one (theirs); for all tasks, the share solved (correct at train and held-out sizes, every family used)."""
         from ptxbench.tasks.published import TURN_LIMITS, best_published
 
         plot = self.query_one("#plot-headline-widget", PlotWidget)
@@ -241,7 +241,7 @@ class PlotsScreen(ViewScreen):
             best = max((p for p in paper if p is not None), key=lambda p: p.best_speedup)
             entries.append(("◆", colours[-1], f"the paper's best (theirs: {best.model} and others, {best.device})"))
         plot.set_xlabel("turn budget")
-        plot.set_ylabel("best speedup over the library (×)" if self.task_id else "correct with every family in SASS")
+        plot.set_ylabel("best speedup over the library (×)" if self.task_id else "solved (train + held-out, every family)")
         if series or paper:
             plot.set_xticks([1, 2, 4, 8])
         title = (f"{self.task_id}: best speedup by turn budget" if self.task_id
