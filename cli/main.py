@@ -23,6 +23,31 @@ from ptxbench.cli.tasks import tasks_command
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="PTXBench: judge model-written PTX kernels.")
 
 
+def _package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ptxbench")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _version_option(value: bool) -> None:
+    if value:
+        from ptxbench.engine import ENGINE_VERSION
+
+        typer.echo(f"ptxbench {_package_version()} (engine {ENGINE_VERSION}: verdicts compare within one)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: bool = typer.Option(False, "--version", callback=_version_option, is_eager=True,
+                                 help="Print the package and engine versions and exit."),
+) -> None:
+    """PTXBench: judge model-written PTX kernels."""
+
+
 def version_command() -> None:
     """Print the engine version."""
     from ptxbench.engine import ENGINE_VERSION
