@@ -39,6 +39,14 @@ def _in(ids: list[int]) -> str:
     return ",".join("?" * len(ids))
 
 
+def _in_chunks(conn: sqlite3.Connection, table: str) -> Iterator[list[dict[str, Any]]]:
+    """A table's rows in id order, CHUNK at a time."""
+    last = 0
+    while chunk := _rows(conn, f"SELECT * FROM {table} WHERE id > ? ORDER BY id LIMIT ?", [last, CHUNK]):
+        last = chunk[-1]["id"]
+        yield chunk
+
+
 def _known(conn: sqlite3.Connection, table: str) -> set[str]:
     return {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
 
@@ -49,13 +57,8 @@ def sample_records(conn: sqlite3.Connection, *, texts: bool = False) -> Iterator
     models = {r["id"]: r["name"] for r in _rows(conn, "SELECT id, name FROM models", [])}
     runs = {r["id"]: r for r in _rows(conn, "SELECT * FROM runs", [])}
     label_columns = _known(conn, "labels")
-    last = 0
-    while True:
-        chunk = _rows(conn, "SELECT * FROM samples WHERE id > ? ORDER BY id LIMIT ?", [last, CHUNK])
-        if not chunk:
-            return
+    for chunk in _in_chunks(conn, "samples"):
         ids = [r["id"] for r in chunk]
-        last = ids[-1]
         evals = _by(_rows(conn, f"SELECT * FROM evaluations WHERE sample_id IN ({_in(ids)}) ORDER BY id", ids),
                     "sample_id")
         eval_ids = [e["id"] for es in evals.values() for e in es]
@@ -99,13 +102,8 @@ def trajectory_records(conn: sqlite3.Connection) -> Iterator[dict[str, Any]]:
         return
     models = {r["id"]: r["name"] for r in _rows(conn, "SELECT id, name FROM models", [])}
     runs = {r["id"]: r for r in _rows(conn, "SELECT * FROM runs", [])}
-    last = 0
-    while True:
-        chunk = _rows(conn, "SELECT * FROM agent_episodes WHERE id > ? ORDER BY id LIMIT ?", [last, CHUNK])
-        if not chunk:
-            return
+    for chunk in _in_chunks(conn, "agent_episodes"):
         ids = [r["id"] for r in chunk]
-        last = ids[-1]
         steps = _by(_rows(conn, f"SELECT * FROM agent_steps WHERE episode_id IN ({_in(ids)}) ORDER BY step", ids),
                     "episode_id")
         for row in chunk:

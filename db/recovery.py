@@ -43,7 +43,7 @@ import sqlite_utils
 
 from ptxbench.db.access import StoreError
 from ptxbench.db.records import Evaluation, Label, Measurement, from_row, to_row
-from ptxbench.db.store import before_waiting, now_iso, store_file, write_transaction
+from ptxbench.db.store import before_waiting, fsync_folder, now_iso, store_file, write_transaction
 from ptxbench.db.writes import InvalidRecord, add_evaluation, add_label
 
 FORMAT = 1
@@ -72,19 +72,6 @@ def pending(store: Path) -> list[Path]:
         return []
 
 
-def _fsync_folder(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # a file system that cannot sync a folder: the rename is still atomic
-    finally:
-        os.close(fd)
-
-
 def _write_entry(store: Path, kind: str, key: str, payload: dict[str, Any], *, why: str, by: str) -> Path:
     folder = journal_dir(store)
     name = f"{time.time_ns():020d}-{os.getpid()}-{key[:12]}.json"
@@ -104,7 +91,7 @@ def _write_entry(store: Path, kind: str, key: str, payload: dict[str, Any], *, w
             with contextlib.suppress(OSError):
                 part.unlink()
             raise
-        _fsync_folder(folder)
+        fsync_folder(folder)
     except OSError as exc:
         raise StoreError(f"could not keep the {kind} in the recovery journal {folder} either: "
                          f"{exc.strerror or exc}") from None

@@ -404,7 +404,7 @@ def backup_store(db: sqlite_utils.Database, path: Path, version: int) -> Path:
             dest.close()
         _fsync_file(part)
         os.replace(part, target)
-        _fsync_folder(path.parent)
+        fsync_folder(path.parent)
     except (sqlite3.Error, OSError) as exc:
         for leftover in _part_files(part):
             with contextlib.suppress(OSError):
@@ -446,7 +446,7 @@ def _fsync_file(path: Path) -> None:
         os.close(fd)
 
 
-def _fsync_folder(folder: Path) -> None:
+def fsync_folder(folder: Path) -> None:
     try:
         fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     except OSError:

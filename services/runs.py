@@ -19,7 +19,6 @@ import sqlite_utils
 
 from ptxbench.models.client import EndpointError
 from ptxbench.models.generate import Progress, RunConfig, RunMismatch, RunReport, RunStop, run_model
-from ptxbench.models.importer import ImportFileError, ImportReport, import_file
 from ptxbench.services.catalogue import CONTEXT_LEVELS, tasks_for
 from ptxbench.services.errors import UsageError
 from ptxbench.services.hardware import gpu_wanted
@@ -29,17 +28,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EndpointError",
-    "ImportFileError",
     "RunMismatch",
     "RunReport",
     "RunStop",
-    "ImportReport",
     "Progress",
     "open_store",
     "parallel_judge",
     "run_configs",
     "run",
-    "import_responses",
 ]
 
 
@@ -156,33 +152,3 @@ def run(
     with another turn budget once it has stored turns),
     EndpointError (the endpoint refused the run), StoreError."""
     return run_model(db, config, progress=progress, judge=judge, stop=stop)
-
-
-def import_responses(
-    path: Path,
-    *,
-    db_path: Path | None = None,
-    create: bool = False,
-    judge: bool = True,
-    gpu: str = "auto",
-    progress: Progress | None = None,
-) -> ImportReport:
-    """Check, store and (by default) judge a JSONL file. UsageError for a bad `gpu` mode, a missing
-    file, or a file that is an SQLite database (checked before any store is opened); ImportFileError
-    lists every bad line, and nothing is written then; StoreError for a store that will not open, or
-    a `db_path` that is not a store (unless `create`)."""
-    from ptxbench.db.files import database_reason
-    from ptxbench.db.store import default_store_path
-
-    if gpu not in ("auto", "on", "off"):
-        raise UsageError("--gpu: use auto, on or off")
-    if not path.is_file():
-        raise UsageError(f"{path}: no such file")
-    reason = database_reason(path, stores=[db_path if db_path is not None else default_store_path()])
-    if reason:
-        raise UsageError(f"{path}: not a JSONL file to import: {reason}")
-    try:
-        use_gpu = gpu_wanted(gpu) if judge else False
-    except UsageError as exc:
-        raise UsageError(f"--gpu: {exc}") from None
-    return import_file(open_store(db_path, create=create), path, judge=judge, gpu=use_gpu, progress=progress)
