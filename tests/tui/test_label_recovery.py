@@ -18,6 +18,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -66,9 +67,10 @@ async def test_the_dialog_opens_at_once_and_keys_typed_while_it_loads_are_not_ta
                         created_at="2026-11-30T09:15:00+00:00"))
     db.conn.close()
     read = labelling.label_context
+    gate = threading.Event()        # the read waits until the test has seen the dialog loading, however slow the machine
 
     def slow(conn, sample_id):
-        time.sleep(0.6)
+        gate.wait(10)
         return read(conn, sample_id)
 
     monkeypatch.setattr(labelling, "label_context", slow)
@@ -80,6 +82,7 @@ async def test_the_dialog_opens_at_once_and_keys_typed_while_it_loads_are_not_ta
         await pilot.pause(0.1)
         dialog = app.screen
         assert isinstance(dialog, LabelDialog) and dialog.loading  # on screen before its context is read
+        gate.set()
         await until(pilot, lambda: not dialog.loading)
         await settle(pilot)
         assert app.screen is dialog and app.focused.id == "label-note"
